@@ -1,0 +1,60 @@
+#include "device.h"
+
+#include <cstring>
+
+namespace shardlab {
+
+Device::Device(Profile profile, ComputeMode compute, int rank, int world_size, int device_index)
+    : profile_(std::move(profile)), compute_(compute), trace_(rank, world_size, device_index) {}
+
+Device::~Device() = default;
+
+const std::vector<std::string>& Device::race_reports() const {
+  static const std::vector<std::string> none;
+  return none;
+}
+
+Tensor Device::empty(Shape shape, DType dtype, Stream& s, std::string_view name) {
+  Tensor t;
+  t.shape = shape;
+  t.dtype = dtype;
+  t.device = this;
+  const Allocation a = allocator().allocate(t.bytes(), s, name);
+  t.data = a.ptr;
+  t.alloc_id = a.id;
+  t.segment = a.segment;
+  t.offset = a.offset;
+  return t;
+}
+
+void Device::free(Tensor& t) {
+  if (t.on_host()) throw std::logic_error("Device::free on a host tensor: use host_free");
+  allocator().free(t.alloc_id);
+  t = Tensor{};
+}
+
+void Device::record_stream(const Tensor& t, Stream& s) { allocator().record_stream(t.alloc_id, s); }
+
+Tensor Device::host_empty(Shape shape, DType dtype, std::string_view) {
+  Tensor t;
+  t.shape = shape;
+  t.dtype = dtype;
+  if (computes() && t.bytes() > 0) {
+    auto block = std::make_unique<std::byte[]>(t.bytes());
+    t.data = block.get();
+    host_memory_.emplace(t.data, std::move(block));
+  }
+  return t;
+}
+
+void Device::host_free(Tensor& t) {
+  if (!t.on_host()) throw std::logic_error("Device::host_free on a device tensor: use free");
+  if (t.data) host_memory_.erase(t.data);
+  t = Tensor{};
+}
+
+HostScope::HostScope(Device& d, std::string_view name) : device_(d), name_(name), start_ns_(d.now_ns()) {}
+
+HostScope::~HostScope() { device_.trace().cpu_op(name_, start_ns_, device_.now_ns() - start_ns_); }
+
+}  // namespace shardlab

@@ -1,0 +1,136 @@
+// device.h: the device interface every chapter programs against.
+//
+// Two implementations stand behind it: SimDevice (sim_device.h), a simulated GPU with virtual
+// clocks and real CPU math, and the CUDA device (real streams, events and kernels). Chapter code
+// only ever sees Device, Stream, Event and Tensor, so the same lesson runs on a laptop and on
+// an H100.
+//
+// The calls mirror the CUDA runtime a PyTorch user drives without seeing it:
+//   launch        cudaLaunchKernel  (asynchronous: the CPU returns at once)
+//   memcpy        cudaMemcpyAsync   (on a stream; pinned host memory for real asynchrony)
+//   record        cudaEventRecord
+//   wait          cudaStreamWaitEvent  (the stream waits; the CPU does not)
+//   synchronize   cudaEventSynchronize / cudaStreamSynchronize / cudaDeviceSynchronize
+//   query         cudaEventQuery
+//   empty / free  the caching allocator (torch.empty / tensor going out of scope)
+//   record_stream Tensor.record_stream
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "allocator.h"
+#include "cost_model.h"
+#include "event.h"
+#include "profile.h"
+#include "tensor.h"
+#include "trace.h"
+
+namespace shardlab {
+
+enum class ComputeMode : uint8_t { real, skip };
+
+// What an op touches, for the race check: every op names the tensors it reads and writes.
+struct Access {
+  Tensor tensor;
+  bool write = false;
+};
+inline Access reads(const Tensor& t) { return {t, false}; }
+inline Access writes(const Tensor& t) { return {t, true}; }
+
+// A kernel as the runtime sees it: its name, its cost and what it touches.
+struct Kernel {
+  std::string_view name;
+  double flops = 0;
+  double bytes = 0;  // device memory traffic
+  DType dtype = DType::f32;
+  KernelClass cls = KernelClass::elementwise;
+  std::vector<Access> accesses;
+};
+
+using HostBody = std::function<void()>;            // the math, on the CPU (the sim)
+using CudaBody = std::function<void(void* cuda_stream)>;  // the math, as a CUDA kernel launch
+
+class Device {
+ public:
+  virtual ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  virtual std::string_view kind() const = 0;  // "sim" or "cuda"
+  bool simulated() const { return kind() == "sim"; }
+  ComputeMode compute_mode() const { return compute_; }
+  bool computes() const { return compute_ == ComputeMode::real; }
+  const Profile& profile() const { return profile_; }
+  TraceRecorder& trace() { return trace_; }
+  CachingAllocator& allocator() { return *allocator_; }
+
+  // Streams. The compute stream exists from the start (PyTorch's default stream).
+  Stream& compute_stream() { return *streams_.front(); }
+  virtual Stream& create_stream(std::string name) = 0;
+  const std::vector<std::unique_ptr<Stream>>& streams() const { return streams_; }
+
+  // Work.
+  virtual void launch(Stream& s, const Kernel& k, const HostBody& host, const CudaBody& cuda = {}) = 0;
+  virtual void memcpy(Stream& s, const Tensor& dst, const Tensor& src) = 0;  // same numel and dtype
+
+  // Ordering.
+  virtual Event record(Stream& s) = 0;
+  virtual void wait(Stream& s, const Event& e) = 0;
+  virtual void synchronize(const Event& e) = 0;
+  virtual void synchronize(Stream& s) = 0;
+  virtual void synchronize() = 0;
+  virtual bool query(const Event& e) = 0;
+
+  // The host clock, nanoseconds since the job's base time (virtual in the sim).
+  virtual int64_t now_ns() = 0;
+
+  // Memory. `name` labels the allocation in traces, race reports and OOM messages.
+  Tensor empty(Shape shape, DType dtype, Stream& s, std::string_view name);
+  void free(Tensor& t);  // gives the block back to its stream's pool; t becomes undefined
+  void record_stream(const Tensor& t, Stream& s);
+  // Pinned host memory (not from the device allocator). Real memory unless --compute skip.
+  Tensor host_empty(Shape shape, DType dtype, std::string_view name);
+  void host_free(Tensor& t);
+
+  // Host-side scopes on the CPU thread lane ("forward", "unit 3", ...), and CPU work that takes
+  // time without touching the device (the sim charges `ns`; CUDA measures what really ran).
+  virtual void host_work(std::string_view name, int64_t ns) = 0;
+  // Race reports so far (sim only; empty on CUDA, which has compute-sanitizer for that).
+  virtual const std::vector<std::string>& race_reports() const;
+
+ protected:
+  Device(Profile profile, ComputeMode compute, int rank, int world_size, int device_index);
+  void add_stream(std::unique_ptr<Stream> s) { streams_.push_back(std::move(s)); }
+  void set_allocator(std::unique_ptr<CachingAllocator> a) { allocator_ = std::move(a); }
+
+  Profile profile_;
+  ComputeMode compute_;
+  TraceRecorder trace_;
+
+ private:
+  std::vector<std::unique_ptr<Stream>> streams_;
+  std::unique_ptr<CachingAllocator> allocator_;
+  std::unordered_map<const void*, std::unique_ptr<std::byte[]>> host_memory_;  // pinned host blocks
+};
+
+// RAII: a cpu_op slice on the host lane from construction to destruction.
+class HostScope {
+ public:
+  HostScope(Device& d, std::string_view name);
+  ~HostScope();
+  HostScope(const HostScope&) = delete;
+  HostScope& operator=(const HostScope&) = delete;
+
+ private:
+  Device& device_;
+  std::string name_;
+  int64_t start_ns_;
+};
+
+}  // namespace shardlab

@@ -1,0 +1,50 @@
+// flags.h: command-line flags, shared by every chapter and extended by each.
+//
+// Syntax: --name value or --name=value; a boolean flag alone means true. An unknown flag or a
+// bad value throws FlagError with a message naming the flag and what is allowed; the job
+// harness prints it and exits with status 2.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace shardlab {
+
+class FlagError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Flags {
+ public:
+  explicit Flags(std::string program) : program_(std::move(program)) {}
+
+  void add_int(std::string name, int64_t* target, int64_t min, int64_t max, std::string help);
+  void add_double(std::string name, double* target, double min, double max, std::string help);
+  void add_bool(std::string name, bool* target, std::string help);
+  void add_string(std::string name, std::string* target, std::string help);
+  void add_choice(std::string name, std::string* target, std::vector<std::string> choices, std::string help);
+
+  // Returns false when --help was given (usage() is what to print).
+  bool parse(int argc, const char* const* argv);
+  std::string usage() const;
+  nlohmann::json values() const;  // every flag and its value, for traces and summaries
+
+ private:
+  struct Flag {
+    std::string name, help, kind, allowed;
+    bool is_bool = false;
+    std::function<void(const std::string&)> set;  // throws FlagError on a bad value
+    std::function<nlohmann::json()> get;
+  };
+  Flag& find(const std::string& name);
+  std::string program_;
+  std::vector<Flag> flags_;
+};
+
+}  // namespace shardlab

@@ -1,0 +1,560 @@
+#include "mpi_comm.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstddef>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <tuple>
+
+#include "sim_device.h"
+
+namespace shardlab {
+namespace {
+
+// Point-to-point tags on a communicator's own MPI_Comm (collective calls never match them).
+constexpr int kHeaderTag = 1;           // debug mode: what a member is about to do
+constexpr int kReadyToReceiverTag = 2;  // sendrecv: a sender's ready time, to its receiver
+constexpr int kReadyToSenderTag = 3;    // sendrecv: a receiver's ready time, to its sender
+constexpr int kDataTag = 4;             // sendrecv: the payload
+
+// What debug mode exchanges before an operation. A sendrecv sends a `send` header to its
+// receiver and a `recv` header (what it expects) to its sender, so both ends can check.
+enum class HeaderOp : int64_t { all_reduce, reduce_scatter, all_gather, broadcast, send, recv };
+
+struct Header {  // all int64, so it travels as 6 x MPI_INT64_T
+  int64_t op = 0;      // HeaderOp
+  int64_t reduce = 0;  // ReduceOp, for reductions
+  int64_t dtype = 0;   // DType
+  int64_t count = 0;   // elements per rank
+  int64_t root = -1;   // broadcast
+  int64_t seq = 0;     // collectives: the communicator's call number; send/recv: the sender's sendrecv number
+};
+constexpr int kHeaderWords = sizeof(Header) / sizeof(int64_t);
+
+bool same(const Header& a, const Header& b) {
+  return a.op == b.op && a.reduce == b.reduce && a.dtype == b.dtype && a.count == b.count && a.root == b.root &&
+         a.seq == b.seq;
+}
+
+HeaderOp header_op(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::all_reduce: return HeaderOp::all_reduce;
+    case CollectiveKind::reduce_scatter: return HeaderOp::reduce_scatter;
+    case CollectiveKind::all_gather: return HeaderOp::all_gather;
+    case CollectiveKind::broadcast: return HeaderOp::broadcast;
+  }
+  throw std::logic_error("header_op: unknown collective");
+}
+
+// "all_reduce(count=100, f32, sum)", "broadcast(count=100, f32, root=0)", "send(count=5, f32)".
+std::string describe(const Header& h) {
+  static constexpr std::string_view kNames[] = {"all_reduce", "reduce_scatter", "all_gather",
+                                                "broadcast",  "send",           "recv"};
+  const auto op = static_cast<HeaderOp>(h.op);
+  std::string s = std::string(kNames[h.op]) + "(count=" + std::to_string(h.count) + ", " +
+                  std::string(dtype_name(static_cast<DType>(h.dtype)));
+  if (op == HeaderOp::all_reduce || op == HeaderOp::reduce_scatter)
+    s += ", " + std::string(reduce_op_name(static_cast<ReduceOp>(h.reduce)));
+  if (op == HeaderOp::broadcast) s += ", root=" + std::to_string(h.root);
+  return s + ")";
+}
+
+std::string_view api_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::all_reduce: return "ncclAllReduce";
+    case CollectiveKind::reduce_scatter: return "ncclReduceScatter";
+    case CollectiveKind::all_gather: return "ncclAllGather";
+    case CollectiveKind::broadcast: return "ncclBroadcast";
+  }
+  throw std::logic_error("api_name: unknown collective");
+}
+
+// NCCL's kernel names (src/device/generate.py): ncclDevKernel_<Coll>[_<RedOp>_<type>]_RING_<PROTO>.
+// NCCL calls max "MinMax"; avg premultiplies floats by 1/n ("PreMulSum") and divides integers
+// after the sum ("SumPostDiv").
+std::string kernel_name(CollectiveKind kind, ReduceOp op, DType dtype, std::string_view protocol) {
+  std::string name = "ncclDevKernel_";
+  switch (kind) {
+    case CollectiveKind::all_reduce: name += "AllReduce"; break;
+    case CollectiveKind::reduce_scatter: name += "ReduceScatter"; break;
+    case CollectiveKind::all_gather: name += "AllGather"; break;
+    case CollectiveKind::broadcast: name += "Broadcast"; break;
+  }
+  if (kind == CollectiveKind::all_reduce || kind == CollectiveKind::reduce_scatter) {
+    const bool floating = dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
+    switch (op) {
+      case ReduceOp::sum: name += "_Sum"; break;
+      case ReduceOp::max: name += "_MinMax"; break;
+      case ReduceOp::avg: name += floating ? "_PreMulSum" : "_SumPostDiv"; break;
+    }
+    name += "_" + std::string(dtype_name(dtype));
+  }
+  return name + "_RING_" + std::string(protocol);
+}
+
+std::invalid_argument invalid(std::string_view op, const std::string& comm, const std::string& what) {
+  return std::invalid_argument("MpiComm::" + std::string(op) + " on " + comm + ": " + what);
+}
+
+// MPI reduces these; 16-bit floats would need a user-defined MPI_Op (they are moved as bits).
+void require_reducible(std::string_view op, const std::string& comm, DType t) {
+  if (t != DType::f32 && t != DType::i32 && t != DType::i64)
+    throw invalid(op, comm, "cannot reduce " + std::string(dtype_name(t)) + " (f32, i32 and i64 can be reduced)");
+}
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::i32: return MPI_INT32_T;
+    case DType::i64: return MPI_INT64_T;
+    case DType::u8: return MPI_UINT8_T;
+    case DType::bf16:
+    case DType::f16: return MPI_UINT16_T;  // moved, never reduced (require_reducible)
+  }
+  throw std::logic_error("mpi_type: unknown dtype");
+}
+
+// avg is the sum divided by the group size afterwards (MPI has no average).
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
+
+template <class T>
+void divide_each(const Tensor& t, T n) {
+  for (T& x : std::span(static_cast<T*>(t.data), static_cast<size_t>(t.numel()))) x /= n;
+}
+
+void divide(const Tensor& t, int n) {
+  switch (t.dtype) {
+    case DType::f32: return divide_each<float>(t, static_cast<float>(n));
+    case DType::i32: return divide_each<int32_t>(t, n);
+    case DType::i64: return divide_each<int64_t>(t, n);
+    default: throw std::logic_error("divide: " + std::string(dtype_name(t.dtype)) + " is not reducible");
+  }
+}
+
+// Element `elem` of t's data.
+void* at(const Tensor& t, int64_t elem) {
+  return static_cast<std::byte*>(t.data) + static_cast<size_t>(elem) * dtype_size(t.dtype);
+}
+
+}  // namespace
+
+// One operation as the single path (run) sees it.
+struct MpiComm::Call {
+  std::optional<CollectiveKind> kind = std::nullopt;  // nullopt: sendrecv
+  ReduceOp op = ReduceOp::sum;
+  DType dtype = DType::f32;
+  // As Kineto counts them: all-reduce and broadcast the buffer twice, reduce-scatter and
+  // all-gather the send and the receive tensors, sendrecv what it sends and what it receives.
+  int64_t in_nelems = 0, out_nelems = 0;
+  int root = -1;           // broadcast
+  int to = -1, from = -1;  // sendrecv
+  std::vector<Access> accesses = {};
+  std::function<void()> move = {};  // the MPI data movement (skipped under --compute skip)
+
+  // The bytes the ring model charges: the buffer, or the gathered / scattered total.
+  double bytes() const { return static_cast<double>(std::max(in_nelems, out_nelems)) * static_cast<double>(dtype_size(dtype)); }
+  Header header(int64_t seq) const {
+    return {.op = static_cast<int64_t>(header_op(*kind)),
+            .reduce = static_cast<int64_t>(op),
+            .dtype = static_cast<int64_t>(dtype),
+            .count = std::min(in_nelems, out_nelems),  // per rank: NCCL's `count`
+            .root = root,
+            .seq = seq};
+  }
+};
+
+const LinkTier& link_for(const Profile& profile, const std::vector<int>& world_ranks) {
+  const bool one_node = std::all_of(world_ranks.begin(), world_ranks.end(), [&](int r) {
+    return profile.node_of(r) == profile.node_of(world_ranks.front());
+  });
+  return one_node ? profile.intra : profile.inter;
+}
+
+std::unique_ptr<MpiComm> MpiComm::world(Device& dev, bool debug) {
+  auto* sim = dynamic_cast<SimDevice*>(&dev);
+  if (sim == nullptr) throw std::runtime_error("MpiComm: the CUDA path with host staging is not built yet");
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) throw std::runtime_error("MpiComm::world: MPI is not initialized (MPI_Init comes first)");
+  int world_rank = 0, world_size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (dev.trace().rank() != world_rank)
+    throw std::runtime_error("MpiComm::world: the device was made for rank " + std::to_string(dev.trace().rank()) +
+                             " but this is MPI rank " + std::to_string(world_rank));
+  // Our own copy of the world, so our tags never meet anyone else's messages.
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  std::vector<int> ranks(static_cast<size_t>(world_size));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  return std::unique_ptr<MpiComm>(new MpiComm(dev, *sim, comm, "world", std::move(ranks), debug));
+}
+
+MpiComm::MpiComm(Device& dev, SimDevice& sim, MPI_Comm comm, std::string name, std::vector<int> world_ranks,
+                 bool debug)
+    : dev_(dev),
+      sim_(sim),
+      comm_(comm),
+      name_(std::move(name)),
+      world_ranks_(std::move(world_ranks)),
+      debug_(debug),
+      link_(link_for(dev.profile(), world_ranks_)),
+      message_limit_(INT_MAX) {
+  MPI_Comm_rank(comm_, &rank_);
+  group_ranks_ = "[";
+  for (size_t i = 0; i < world_ranks_.size(); ++i) group_ranks_ += (i ? ", " : "") + std::to_string(world_ranks_[i]);
+  group_ranks_ += "]";
+}
+
+MpiComm::~MpiComm() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(&comm_);  // after MPI_Finalize there is nothing left to free
+}
+
+std::unique_ptr<Comm> MpiComm::split(int color, int key) {
+  MPI_Comm child = MPI_COMM_NULL;
+  MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child);
+  if (child == MPI_COMM_NULL) return nullptr;
+  int n = 0;
+  MPI_Comm_size(child, &n);
+  std::vector<int> ranks(static_cast<size_t>(n));
+  MPI_Allgather(&world_ranks_[rank_], 1, MPI_INT, ranks.data(), 1, MPI_INT, child);
+  auto c = std::unique_ptr<MpiComm>(
+      new MpiComm(dev_, sim_, child, name_ + ".split(" + std::to_string(color) + ")", std::move(ranks), debug_));
+  c->message_limit_ = message_limit_;
+  return c;
+}
+
+void MpiComm::set_message_limit(int64_t elements) {
+  if (elements < 1 || elements > INT_MAX)
+    throw std::invalid_argument("MpiComm::set_message_limit: " + std::to_string(elements) +
+                                " elements is outside [1, INT_MAX]");
+  message_limit_ = elements;
+}
+
+// --- The operations: validate, then describe the call for run().
+
+void MpiComm::all_reduce(const Tensor& buf, ReduceOp op, Stream& s) {
+  require_reducible("all_reduce", name_, buf.dtype);
+  run({.kind = CollectiveKind::all_reduce,
+       .op = op,
+       .dtype = buf.dtype,
+       .in_nelems = buf.numel(),
+       .out_nelems = buf.numel(),
+       .accesses = {writes(buf)},
+       .move = [&] { move_all_reduce(buf, op); }},
+      s);
+}
+
+void MpiComm::reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op, Stream& s) {
+  require_reducible("reduce_scatter", name_, send.dtype);
+  if (send.dtype != recv.dtype)
+    throw invalid("reduce_scatter", name_,
+                  "send is " + std::string(dtype_name(send.dtype)) + ", recv is " + std::string(dtype_name(recv.dtype)));
+  if (send.numel() != recv.numel() * size())
+    throw invalid("reduce_scatter", name_,
+                  "send has " + std::to_string(send.numel()) + " elements, expected size() x recv = " +
+                      std::to_string(size()) + " x " + std::to_string(recv.numel()) + " = " +
+                      std::to_string(recv.numel() * size()));
+  run({.kind = CollectiveKind::reduce_scatter,
+       .op = op,
+       .dtype = send.dtype,
+       .in_nelems = send.numel(),
+       .out_nelems = recv.numel(),
+       .accesses = {reads(send), writes(recv)},
+       .move = [&] { move_reduce_scatter(send, recv, op); }},
+      s);
+}
+
+void MpiComm::all_gather(const Tensor& send, const Tensor& recv, Stream& s) {
+  if (send.dtype != recv.dtype)
+    throw invalid("all_gather", name_,
+                  "send is " + std::string(dtype_name(send.dtype)) + ", recv is " + std::string(dtype_name(recv.dtype)));
+  if (recv.numel() != send.numel() * size())
+    throw invalid("all_gather", name_,
+                  "recv has " + std::to_string(recv.numel()) + " elements, expected size() x send = " +
+                      std::to_string(size()) + " x " + std::to_string(send.numel()) + " = " +
+                      std::to_string(send.numel() * size()));
+  run({.kind = CollectiveKind::all_gather,
+       .dtype = send.dtype,
+       .in_nelems = send.numel(),
+       .out_nelems = recv.numel(),
+       .accesses = {reads(send), writes(recv)},
+       .move = [&] { move_all_gather(send, recv); }},
+      s);
+}
+
+void MpiComm::broadcast(const Tensor& buf, int root, Stream& s) {
+  if (root < 0 || root >= size())
+    throw invalid("broadcast", name_, "root " + std::to_string(root) + " is not a rank of a group of " +
+                                          std::to_string(size()));
+  run({.kind = CollectiveKind::broadcast,
+       .dtype = buf.dtype,
+       .in_nelems = buf.numel(),
+       .out_nelems = buf.numel(),
+       .root = root,
+       .accesses = {root == rank_ ? reads(buf) : writes(buf)},
+       .move = [&] { move_broadcast(buf, root); }},
+      s);
+}
+
+void MpiComm::sendrecv(const Tensor& send, int to, const Tensor& recv, int from, Stream& s) {
+  for (const auto& [what, peer] : {std::pair{"to", to}, std::pair{"from", from}})
+    if (peer < -1 || peer >= size())
+      throw invalid("sendrecv", name_, std::string(what) + " = " + std::to_string(peer) +
+                                           " is neither -1 nor a rank of a group of " + std::to_string(size()));
+  if (to < 0 && from < 0) throw invalid("sendrecv", name_, "to and from are both -1: nothing to send or receive");
+  if (to >= 0 && from >= 0 && send.dtype != recv.dtype)
+    throw invalid("sendrecv", name_,
+                  "send is " + std::string(dtype_name(send.dtype)) + ", recv is " + std::string(dtype_name(recv.dtype)));
+  Call call{.dtype = to >= 0 ? send.dtype : recv.dtype,
+            .in_nelems = to >= 0 ? send.numel() : 0,
+            .out_nelems = from >= 0 ? recv.numel() : 0,
+            .to = to,
+            .from = from,
+            .move = [&] { move_sendrecv(send, to, recv, from); }};
+  if (to >= 0) call.accesses.push_back(reads(send));
+  if (from >= 0) call.accesses.push_back(writes(recv));
+  run(call, s);
+}
+
+void MpiComm::barrier() {
+  const int64_t arrived = dev_.now_ns();
+  int64_t last = 0;
+  MPI_Allreduce(&arrived, &last, 1, MPI_INT64_T, MPI_MAX, comm_);
+  sim_.host_wait_until(last, "barrier");
+}
+
+// --- The one path.
+
+void MpiComm::run(const Call& call, Stream& s) {
+  // The CPU launches; the stream could begin at `ready` (its queue, its waits, and this
+  // communicator's previous operation, whatever stream that ran on: NCCL runs one
+  // communicator's operations in order).
+  // NCCL launches a grouped send/recv at ncclGroupEnd.
+  const auto issue = sim_.comm_issue(s, call.kind ? api_name(*call.kind) : "ncclGroupEnd", last_end_ns_);
+  const int64_t seq = call.kind ? ++seq_ : ++p2p_seq_;
+  // Debug mode: compare before anything can block, so a mismatch throws instead of hanging.
+  if (debug_) {
+    if (call.kind)
+      check_collective(call, seq);
+    else
+      check_p2p(call, seq);
+  }
+  const auto [start, end] = call.kind ? agree_collective(call, issue.ready_ns) : agree_p2p(call, issue.ready_ns);
+  // Under --compute skip the tensors have no memory: time passes, nothing moves.
+  if (dev_.computes()) call.move();
+  sim_.comm_complete(s, trace_args(call, seq), issue, start, end, call.accesses);
+  last_end_ns_ = end;
+}
+
+void MpiComm::check_collective(const Call& call, int64_t seq) {
+  // Everyone sends its header to everyone and receives all of them before comparing, so every
+  // member sees every difference and all of them throw (none is left waiting for data).
+  const Header mine = call.header(seq);
+  std::vector<Header> all(static_cast<size_t>(size()));
+  all[rank_] = mine;
+  std::vector<MPI_Request> requests;
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank_) continue;
+    MPI_Request recv_request, send_request;
+    MPI_Irecv(&all[r], kHeaderWords, MPI_INT64_T, r, kHeaderTag, comm_, &recv_request);
+    MPI_Isend(&mine, kHeaderWords, MPI_INT64_T, r, kHeaderTag, comm_, &send_request);
+    requests.insert(requests.end(), {recv_request, send_request});
+  }
+  MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+
+  std::string differences;
+  for (int r = 0; r < size(); ++r) {
+    if (same(all[r], mine)) continue;
+    differences += ", " + who(r) + " issued " + describe(all[r]);
+    if (all[r].seq != seq) differences += " as its call #" + std::to_string(all[r].seq);
+  }
+  if (!differences.empty())
+    throw CollectiveMismatch("collective mismatch on communicator " + name_ + ", call #" + std::to_string(seq) +
+                             ": " + who(rank_) + " issued " + describe(mine) + differences);
+}
+
+void MpiComm::check_p2p(const Call& call, int64_t seq) {
+  // Tell the receiver what we send and the sender what we expect, so both ends of a
+  // mismatched transfer throw. Ranks further along a ring cannot know: they may still wait.
+  const Header sending{.op = static_cast<int64_t>(HeaderOp::send), .dtype = static_cast<int64_t>(call.dtype),
+                       .count = call.in_nelems, .seq = seq};
+  const Header expecting{.op = static_cast<int64_t>(HeaderOp::recv), .dtype = static_cast<int64_t>(call.dtype),
+                         .count = call.out_nelems, .seq = seq};
+  std::vector<MPI_Request> sends;
+  for (const auto& [peer, header] : {std::pair{call.to, &sending}, std::pair{call.from, &expecting}}) {
+    if (peer < 0) continue;
+    sends.emplace_back();
+    MPI_Isend(header, kHeaderWords, MPI_INT64_T, peer, kHeaderTag, comm_, &sends.back());
+  }
+
+  // From `from`, what it sends; from `to`, what it expects. A peer that issued a collective
+  // sends one header, so stop at the first difference rather than wait for a second.
+  std::string difference;
+  for (const auto& [peer, expected, direction] :
+       {std::tuple{call.from, HeaderOp::send, "from"}, std::tuple{call.to, HeaderOp::recv, "to"}}) {
+    if (peer < 0) continue;
+    Header theirs;
+    MPI_Recv(&theirs, kHeaderWords, MPI_INT64_T, peer, kHeaderTag, comm_, MPI_STATUS_IGNORE);
+    const Header& mine = expected == HeaderOp::send ? expecting : sending;
+    if (theirs.op == static_cast<int64_t>(expected) && theirs.dtype == mine.dtype && theirs.count == mine.count)
+      continue;
+    const bool p2p = theirs.op == static_cast<int64_t>(HeaderOp::send) ||
+                     theirs.op == static_cast<int64_t>(HeaderOp::recv);
+    difference = who(rank_) + " issued " + describe(mine) + " " + direction + " " + who(peer) + ", " + who(peer) +
+                 " issued " + describe(theirs) +
+                 (p2p ? std::string(theirs.op == static_cast<int64_t>(HeaderOp::send) ? " to " : " from ") + who(rank_)
+                      : " as its call #" + std::to_string(theirs.seq));
+    break;
+  }
+  // Headers are a few bytes, sent eagerly: these complete even when the peer never receives.
+  MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
+  if (!difference.empty())
+    throw CollectiveMismatch("collective mismatch on communicator " + name_ + ", sendrecv #" + std::to_string(seq) +
+                             ": " + difference);
+}
+
+std::pair<int64_t, int64_t> MpiComm::agree_collective(const Call& call, int64_t ready_ns) {
+  // A collective starts when its last member arrives; the others wait (their comm_wait slice).
+  int64_t start = 0;
+  MPI_Allreduce(&ready_ns, &start, 1, MPI_INT64_T, MPI_MAX, comm_);
+  return {start, start + collective_ns(link_, *call.kind, call.bytes(), size())};
+}
+
+std::pair<int64_t, int64_t> MpiComm::agree_p2p(const Call& call, int64_t ready_ns) {
+  // A transfer starts when both its sender and its receiver are ready, so every rank tells
+  // both its peers when it is ready. The op spans from its first transfer's start to its last
+  // transfer's end.
+  int64_t to_ready = 0, from_ready = 0;
+  std::vector<MPI_Request> requests;
+  auto exchange = [&](int peer, int send_tag, int64_t* peer_ready, int recv_tag) {
+    requests.resize(requests.size() + 2);
+    MPI_Isend(&ready_ns, 1, MPI_INT64_T, peer, send_tag, comm_, &requests[requests.size() - 2]);
+    MPI_Irecv(peer_ready, 1, MPI_INT64_T, peer, recv_tag, comm_, &requests.back());
+  };
+  if (call.to >= 0) exchange(call.to, kReadyToReceiverTag, &to_ready, kReadyToSenderTag);
+  if (call.from >= 0) exchange(call.from, kReadyToSenderTag, &from_ready, kReadyToReceiverTag);
+  MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+
+  int64_t start = std::numeric_limits<int64_t>::max(), end = 0;
+  auto transfer = [&](int peer, int64_t peer_ready, int64_t nelems) {
+    // A pair on one node talks over the intra-node link even inside a group that spans nodes.
+    const LinkTier& link = link_for(dev_.profile(), {world_ranks_[rank_], world_ranks_[peer]});
+    const int64_t t = std::max(ready_ns, peer_ready);
+    start = std::min(start, t);
+    end = std::max(end, t + p2p_ns(link, static_cast<double>(nelems) * static_cast<double>(dtype_size(call.dtype))));
+  };
+  if (call.to >= 0) transfer(call.to, to_ready, call.in_nelems);
+  if (call.from >= 0) transfer(call.from, from_ready, call.out_nelems);
+  return {start, end};
+}
+
+CollectiveArgs MpiComm::trace_args(const Call& call, int64_t seq) const {
+  CollectiveArgs a;
+  if (call.kind) {
+    a.name = std::string(collective_name(*call.kind));
+    a.kernel_name = kernel_name(*call.kind, call.op, call.dtype,
+                                collective_protocol(link_, *call.kind, call.bytes(), size()));
+  } else {
+    a.name = "sendrecv";
+    a.kernel_name = "ncclDevKernel_SendRecv";
+  }
+  a.in_nelems = call.in_nelems;
+  a.out_nelems = call.out_nelems;
+  a.dtype = std::string(kineto_dtype(call.dtype));
+  a.dtype_bytes = static_cast<int>(dtype_size(call.dtype));
+  a.group_size = size();
+  a.group_name = name_;
+  a.group_ranks = group_ranks_;
+  a.seq = seq;
+  return a;
+}
+
+// --- Data movement. Each MPI call carries at most message_limit_ elements (MPI counts are int).
+
+void MpiComm::for_each_chunk(int64_t n, const std::function<void(int64_t offset, int count)>& f) const {
+  for (int64_t offset = 0; offset < n; offset += message_limit_)
+    f(offset, static_cast<int>(std::min(message_limit_, n - offset)));
+}
+
+void MpiComm::move_all_reduce(const Tensor& buf, ReduceOp op) const {
+  for_each_chunk(buf.numel(), [&](int64_t offset, int count) {
+    MPI_Allreduce(MPI_IN_PLACE, at(buf, offset), count, mpi_type(buf.dtype), mpi_op(op), comm_);
+  });
+  if (op == ReduceOp::avg) divide(buf, size());
+}
+
+void MpiComm::move_reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) const {
+  const int64_t n = recv.numel();
+  const MPI_Datatype type = mpi_type(send.dtype);
+  // NCCL's in-place reduce-scatter keeps rank r's result where its block was (recv = send +
+  // r x n), but MPI_IN_PLACE here would put it at the front: in place, and past one message,
+  // reduce each rank's block to that rank instead.
+  const bool in_place = recv.data == at(send, rank_ * n);
+  if (n <= message_limit_ && !in_place) {
+    MPI_Reduce_scatter_block(send.data, recv.data, static_cast<int>(n), type, mpi_op(op), comm_);
+  } else {
+    for_each_chunk(n, [&](int64_t offset, int count) {
+      for (int root = 0; root < size(); ++root) {
+        const bool mine = root == rank_;
+        MPI_Reduce(mine && in_place ? MPI_IN_PLACE : at(send, root * n + offset), mine ? at(recv, offset) : nullptr,
+                   count, type, mpi_op(op), root, comm_);
+      }
+    });
+  }
+  if (op == ReduceOp::avg) divide(recv, size());
+}
+
+void MpiComm::move_all_gather(const Tensor& send, const Tensor& recv) const {
+  const int64_t n = send.numel();
+  const MPI_Datatype type = mpi_type(send.dtype);
+  // NCCL's in-place all-gather: send is this rank's block of recv.
+  const bool in_place = send.data == at(recv, rank_ * n);
+  for_each_chunk(n, [&](int64_t offset, int count) {
+    // Rank r's piece of this chunk lands at recv[r x n + offset]: receive one `block` per rank,
+    // `count` elements whose extent is a whole rank's block.
+    MPI_Datatype piece, block;
+    MPI_Type_contiguous(count, type, &piece);
+    MPI_Type_create_resized(piece, 0, static_cast<MPI_Aint>(static_cast<size_t>(n) * dtype_size(send.dtype)), &block);
+    MPI_Type_commit(&block);
+    MPI_Allgather(in_place ? MPI_IN_PLACE : at(send, offset), count, type, at(recv, offset), 1, block, comm_);
+    MPI_Type_free(&block);
+    MPI_Type_free(&piece);
+  });
+}
+
+void MpiComm::move_broadcast(const Tensor& buf, int root) const {
+  for_each_chunk(buf.numel(), [&](int64_t offset, int count) {
+    MPI_Bcast(at(buf, offset), count, mpi_type(buf.dtype), root, comm_);
+  });
+}
+
+void MpiComm::move_sendrecv(const Tensor& send, int to, const Tensor& recv, int from) const {
+  // Nonblocking both ways, then wait: a ring where everyone sends first cannot deadlock.
+  std::vector<MPI_Request> requests;
+  if (to >= 0)
+    for_each_chunk(send.numel(), [&](int64_t offset, int count) {
+      requests.emplace_back();
+      MPI_Isend(at(send, offset), count, mpi_type(send.dtype), to, kDataTag, comm_, &requests.back());
+    });
+  if (from >= 0)
+    for_each_chunk(recv.numel(), [&](int64_t offset, int count) {
+      requests.emplace_back();
+      MPI_Irecv(at(recv, offset), count, mpi_type(recv.dtype), from, kDataTag, comm_, &requests.back());
+    });
+  MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+}
+
+std::string MpiComm::who(int comm_rank) const {
+  std::string s = "rank " + std::to_string(comm_rank);
+  if (world_ranks_[comm_rank] != comm_rank) s += " (world rank " + std::to_string(world_ranks_[comm_rank]) + ")";
+  return s;
+}
+
+}  // namespace shardlab

@@ -1,0 +1,59 @@
+// timeline.h: what a rank's device did, in the form the metrics library reads.
+//
+// Two producers fill it: the TraceRecorder while a chapter runs (sim or CUDA), and the
+// viewer's loader from trace files on disk (ours, or PyTorch profiler traces). One consumer
+// reads it: metrics.h. So the run summary, the tests and the viewer agree to the nanosecond.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace shardlab {
+
+enum class SliceKind : uint8_t {
+  compute,    // a kernel that is not communication
+  comm,       // a collective or send/recv moving data (kernel named nccl...)
+  comm_wait,  // a collective's stream waiting for the other members to arrive
+  memcpy,     // cat gpu_memcpy
+  memset,     // cat gpu_memset
+};
+
+struct DeviceSlice {
+  double start_us = 0, end_us = 0;
+  int stream = 0;
+  SliceKind kind = SliceKind::compute;
+  int32_t collective = -1;  // index into RankTimeline::collectives for comm slices
+};
+
+// One collective (or send/recv) as NCCL-style args describe it.
+struct CollectiveRecord {
+  std::string name;         // "allreduce", "reduce_scatter", "allgather", "broadcast", "sendrecv", ...
+  int64_t in_nelems = 0;    // "In msg nelems"
+  int64_t out_nelems = 0;   // "Out msg nelems"
+  int dtype_bytes = 4;
+  int group_size = 1;       // "Group size"
+  std::string group;        // "Process Group Name"
+  int64_t seq = 0;          // "Seq"
+  double start_us = 0, end_us = 0;  // the data movement itself (waiting excluded)
+};
+
+struct StepWindow {
+  int step = 0;
+  double start_us = 0, end_us = 0;  // the ProfilerStep#N annotation on the CPU thread
+};
+
+struct MemorySample {
+  double t_us = 0;
+  int64_t allocated = 0, reserved = 0;
+};
+
+struct RankTimeline {
+  int rank = 0;
+  std::vector<DeviceSlice> slices;           // any order
+  std::vector<CollectiveRecord> collectives;
+  std::vector<StepWindow> steps;             // in step order
+  std::vector<MemorySample> memory;          // in time order
+};
+
+}  // namespace shardlab

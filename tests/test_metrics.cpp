@@ -1,0 +1,153 @@
+// Metrics library: hand-built timelines with known answers.
+#include <catch2/catch.hpp>
+
+#include "metrics.h"
+
+using namespace shardlab;
+
+namespace {
+
+DeviceSlice slice(double a, double b, SliceKind kind, int stream = 7) { return {a, b, stream, kind, -1}; }
+
+}  // namespace
+
+TEST_CASE("union_length: empty, nested, touching, clipped", "[metrics]") {
+  CHECK(union_length({}, 0, 100) == 0);
+  CHECK(union_length({{0, 10}, {2, 5}}, 0, 100) == 10);            // nested
+  CHECK(union_length({{20, 30}, {0, 10}, {10, 15}}, 0, 100) == 25);  // touching, unsorted
+  CHECK(union_length({{0, 10}, {5, 20}}, 0, 100) == 20);           // overlapping
+  CHECK(union_length({{-5, 5}, {95, 120}}, 0, 100) == 10);         // clipped at both ends
+  CHECK(union_length({{5, 5}, {9, 3}, {200, 300}}, 0, 100) == 0);   // empty, reversed, outside
+}
+
+TEST_CASE("range_metrics: compute, comm, overlap, exposed, idle", "[metrics]") {
+  RankTimeline tl;
+  tl.slices = {slice(0, 10, SliceKind::compute), slice(20, 30, SliceKind::compute),
+               slice(5, 25, SliceKind::comm, 13)};
+  const RangeMetrics m = range_metrics(tl, 0, 40);
+  CHECK(m.window_us == 40);
+  CHECK(m.compute_us == 20);
+  CHECK(m.comm_us == 20);
+  CHECK(m.overlap_us == 10);
+  CHECK(m.exposed_comm_us == 10);
+  CHECK(m.comm_wait_us == 0);
+  CHECK(m.memcpy_us == 0);
+  CHECK(m.idle_us == 10);
+
+  // A window cutting through slices clips them.
+  const RangeMetrics half = range_metrics(tl, 8, 22);
+  CHECK(half.compute_us == 4);
+  CHECK(half.comm_us == 14);
+  CHECK(half.overlap_us == 4);
+  CHECK(half.idle_us == 0);
+}
+
+TEST_CASE("range_metrics: waits count as comm, copies as memcpy; streams in parallel count once", "[metrics]") {
+  RankTimeline tl;
+  tl.slices = {slice(0, 10, SliceKind::comm_wait, 13), slice(10, 20, SliceKind::comm, 13),
+               slice(15, 30, SliceKind::comm, 14),  // a second comm stream overlapping the first
+               slice(5, 12, SliceKind::compute),    slice(6, 8, SliceKind::compute, 8),
+               slice(40, 45, SliceKind::memcpy),    slice(44, 50, SliceKind::memset)};
+  const RangeMetrics m = range_metrics(tl, 0, 60);
+  CHECK(m.comm_us == 30);
+  CHECK(m.comm_wait_us == 10);
+  CHECK(m.compute_us == 7);
+  CHECK(m.overlap_us == 7);  // compute ran during both the wait and the transfer
+  CHECK(m.exposed_comm_us == 23);
+  CHECK(m.memcpy_us == 10);
+  CHECK(m.idle_us == 60 - 30 - 10);
+}
+
+TEST_CASE("range_metrics: peak memory includes the sample in effect at the window start", "[metrics]") {
+  RankTimeline tl;
+  tl.memory = {{0, 100, 1000}, {5, 900, 4000}, {12, 300, 2000}, {15, 200, 2000}, {30, 5000, 9000}};
+  RangeMetrics m = range_metrics(tl, 10, 30);  // 900/4000 set at t=5 is still in effect at 10
+  CHECK(m.peak_allocated == 900);
+  CHECK(m.peak_reserved == 4000);
+  m = range_metrics(tl, 12, 20);  // a sample exactly at the start is the one in effect
+  CHECK(m.peak_allocated == 300);
+  CHECK(m.peak_reserved == 2000);
+  CHECK(range_metrics(RankTimeline{}, 0, 10).peak_allocated == 0);
+}
+
+TEST_CASE("step_metrics: one per step window", "[metrics]") {
+  RankTimeline tl;
+  tl.rank = 3;
+  tl.slices = {slice(0, 10, SliceKind::compute), slice(50, 80, SliceKind::compute), slice(70, 90, SliceKind::comm)};
+  tl.steps = {{1, 0, 40}, {2, 40, 100}};
+  const auto steps = step_metrics(tl);
+  REQUIRE(steps.size() == 2);
+  CHECK(steps[0].rank == 3);
+  CHECK(steps[0].step == 1);
+  CHECK(steps[0].step_us == 40);
+  CHECK(steps[0].idle_us == 30);
+  CHECK(steps[1].step == 2);
+  CHECK(steps[1].step_us == 60);
+  CHECK(steps[1].compute_us == 30);
+  CHECK(steps[1].overlap_us == 10);
+  CHECK(steps[1].exposed_comm_us == 10);
+}
+
+TEST_CASE("bus_factor follows nccl-tests", "[metrics]") {
+  CHECK(bus_factor("allreduce", 4) == Approx(1.5));
+  CHECK(bus_factor("all_reduce", 8) == Approx(1.75));
+  CHECK(bus_factor("allgather", 4) == Approx(0.75));
+  CHECK(bus_factor("_allgather_base", 4) == Approx(0.75));
+  CHECK(bus_factor("reduce_scatter", 2) == Approx(0.5));
+  CHECK(bus_factor("reducescatter", 2) == Approx(0.5));
+  CHECK(bus_factor("broadcast", 4) == 1);
+  CHECK(bus_factor("sendrecv", 2) == 1);
+  CHECK(bus_factor("reduce", 4) == 1);
+  CHECK(bus_factor("something_new", 4) == 1);
+  CHECK(bus_factor("allreduce", 1) == 0);  // one rank moves nothing over a bus
+}
+
+TEST_CASE("collective_metrics: bytes, bandwidths and step assignment", "[metrics]") {
+  RankTimeline tl;
+  tl.rank = 1;
+  tl.steps = {{1, 0, 100}, {2, 100, 200}};
+  // 1e6 floats all-reduced in 1000 us: 4 MB / 1 ms = 4 GB/s.
+  tl.collectives = {{"allreduce", 1'000'000, 1'000'000, 4, 4, "0", 1, 10, 1010},
+                    {"allgather", 250'000, 1'000'000, 4, 4, "0", 2, 150, 1150},
+                    {"reduce_scatter", 1'000'000, 250'000, 2, 4, "0", 3, 250, 1250}};
+  const auto cm = collective_metrics(tl);
+  REQUIRE(cm.size() == 3);
+
+  CHECK(cm[0].rank == 1);
+  CHECK(cm[0].step == 1);
+  CHECK(cm[0].name == "allreduce");
+  CHECK(cm[0].group_size == 4);
+  CHECK(cm[0].bytes == 4'000'000);
+  CHECK(cm[0].time_us == 1000);
+  CHECK(cm[0].algbw_GBps == Approx(4.0));
+  CHECK(cm[0].busbw_GBps == Approx(6.0));  // x 2(n-1)/n = 1.5
+
+  CHECK(cm[1].step == 2);
+  CHECK(cm[1].bytes == 4'000'000);  // the gathered output
+  CHECK(cm[1].busbw_GBps == Approx(3.0));
+
+  CHECK(cm[2].step == -1);          // starts after the last step
+  CHECK(cm[2].bytes == 2'000'000);  // the full input
+  CHECK(cm[2].algbw_GBps == Approx(2.0));
+  CHECK(cm[2].busbw_GBps == Approx(1.5));
+
+  const CollectiveRecord send{"send", 10, 0, 8, 2, "pp", 1, 0, 0};
+  CHECK(collective_bytes(send) == 80);
+  CHECK(collective_metrics(RankTimeline{.rank = 0, .slices = {}, .collectives = {send}, .steps = {}, .memory = {}})
+            .front()
+            .algbw_GBps == 0);  // zero duration: no bandwidth rather than inf
+}
+
+TEST_CASE("range_metrics scales to a million slices", "[metrics]") {
+  RankTimeline tl;
+  for (int i = 0; i < 500'000; ++i) {
+    const double t = i * 10.0;
+    tl.slices.push_back(slice(t, t + 6, SliceKind::compute));
+    tl.slices.push_back(slice(t + 4, t + 8, SliceKind::comm, 13));
+  }
+  const RangeMetrics m = range_metrics(tl, 0, 5'000'000);
+  CHECK(m.compute_us == Approx(3'000'000));
+  CHECK(m.comm_us == Approx(2'000'000));
+  CHECK(m.overlap_us == Approx(1'000'000));
+  CHECK(m.idle_us == Approx(1'000'000));
+}
