@@ -186,8 +186,7 @@ void Job::finish() {
     const fs::path abs = fs::absolute(dir);
     std::cout << "\ntraces: " << abs.string() << "/rank{0.." << world_size_ - 1 << "}.json, summary: "
               << (abs / "summary.json").string() << "\n"
-              << "open them: drag a rank file into https://ui.perfetto.dev or chrome://tracing;"
-              << " or run: build/viewer/shardlab-view " << abs.string() << std::endl;
+              << "open them: drag a rank file into https://ui.perfetto.dev (or chrome://tracing)" << std::endl;
   }
 }
 

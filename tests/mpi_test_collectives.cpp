@@ -4,7 +4,9 @@
 // line up; comparisons inside loops use CHECK so a failing rank still reaches the next call.
 #include <catch2/catch.hpp>
 #include <mpi.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <filesystem>
@@ -461,7 +463,7 @@ TEST_CASE("mpi_comm: barrier releases every CPU at the last arrival") {
   f.world->barrier();
   const double now = static_cast<double>(f.dev.now_ns());
   for (double t : gather(now)) CHECK(t == now);
-  CHECK(now >= 1e9 * (world_size() > 0));
+  CHECK(now >= 1e9);
 }
 
 TEST_CASE("mpi_comm: trace args name the collective, its group and its kernel") {
@@ -544,7 +546,7 @@ TEST_CASE("mpi_comm: debug mode passes matching operations through") {
   if (n >= 2 && rank == 0) CHECK_NOTHROW(f.world->sendrecv(buf, 1, Tensor{}, -1, s));
   if (n >= 2 && rank == 1) CHECK_NOTHROW(f.world->sendrecv(Tensor{}, -1, buf, 0, s));
   CHECK_NOTHROW(f.world->all_gather(buf, recv, s));
-  CHECK_NOTHROW(f.world->sendrecv(buf, (rank + 1) % n, buf.view(0, Shape{100}), (rank + n - 1) % n, s));
+  CHECK_NOTHROW(f.world->sendrecv(buf, (rank + 1) % n, recv.view(0, Shape{100}), (rank + n - 1) % n, s));
   CHECK_NOTHROW(f.world->broadcast(buf, n - 1, s));
   CHECK_NOTHROW(f.world->reduce_scatter(recv, buf, ReduceOp::sum, s));
 }
@@ -567,7 +569,8 @@ TEST_CASE("mpi_comm: debug mode names the ranks that issued something else") {
         if (r != 1) CHECK_THAT(msg, Contains("rank " + std::to_string(r) + " issued all_reduce(count=7, f32, sum)"));
     } else {
       CHECK_THAT(msg, Contains("rank 1 issued all_reduce(count=8, f32, sum)"));
-      CHECK_THAT(msg, !Contains("rank 0 issued all_reduce(count=7") || Contains("rank 0 issued all_reduce(count=7, f32, sum), rank 1"));
+      for (int r = 0; r < n; ++r)  // the ranks that agree with this one are not named
+        if (r != 1 && r != rank) CHECK_THAT(msg, !Contains("rank " + std::to_string(r) + " issued"));
     }
   }
 
@@ -594,16 +597,16 @@ TEST_CASE("mpi_comm: debug mode names the ranks that issued something else") {
     // Between ranks 0 and 1 only: a sendrecv exchanges headers with its peers alone.
     auto pair = f.world->split(rank < 2 ? 0 : -1, rank);
     if (!pair) return;
-    auto pair2 = f.world->split(0, 0);  // (every rank takes part in a split)
-    Tensor buf = f.empty(7);
-    std::string msg = mismatch_message([&] {
+    Tensor buf = f.empty(7), other = f.empty(7);
+    const std::string msg = mismatch_message([&] {
       if (rank == 0)
         pair->all_reduce(buf, ReduceOp::sum, s);
       else
-        pair->sendrecv(buf, 0, buf, 0, s);
+        pair->sendrecv(buf, 0, other, 0, s);
     });
-    CHECK_THAT(msg, Contains(rank == 0 ? "rank 1 issued send(count=7, f32) to rank 0"
-                                       : "rank 0 issued all_reduce(count=7, f32, sum) as its call #1"));
+    CHECK_THAT(msg, Contains(rank == 0 ? "rank 0 issued all_reduce(count=7, f32, sum), rank 1 issued send(count=7, f32)"
+                                       : "rank 1 issued recv(count=7, f32) from rank 0, rank 0 issued "
+                                         "all_reduce(count=7, f32, sum) as its call #1"));
   }
 }
 

@@ -30,6 +30,7 @@
 
 #include "00_streams_events/polynomial.h"
 #include "job.h"
+#include "metrics.h"
 
 using namespace shardlab;
 
@@ -231,6 +232,11 @@ void lesson(Job& job) {
   const size_t d = cases.size() - 1;
   job.figure("false_dependency_cost_us", static_cast<double>(gpu_ns[d] - gpu_ns[1]) / 1e3, "us",
              "(d) - (b): time lost to the late event");
+  if (job.world_size() > 1) {
+    const CollectiveMetrics last = collective_metrics(dev.trace().timeline()).back();
+    job.figure("allreduce_us", last.time_us, "us", "the all-reduce of one chunk across all ranks");
+    job.figure("allreduce_busbw_GBps", last.busbw_GBps, "GB/s", "its bus bandwidth: small messages are latency bound");
+  }
   job.figure("race_reports", static_cast<double>(dev.race_reports().size()), "",
              opt.race ? "races the sim found (case c)" : "races the sim found (run with --race to see one)");
   dev.host_free(h.x);

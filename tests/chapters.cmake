@@ -1,0 +1,49 @@
+# End-to-end tests of the chapter programs: each runs under mpirun at world sizes 1-4, its
+# traces are checked against the schema, reruns are byte-identical, and error paths exit
+# non-zero with a message instead of hanging.
+find_package(Python3 REQUIRED COMPONENTS Interpreter)
+set(RUNS ${CMAKE_BINARY_DIR}/test-runs)
+set(MPIRUN ${SHARDLAB_MPIEXEC} ${SHARDLAB_MPI_FLAGS})
+string(JOIN " " MPIRUN_SH ${MPIRUN})  # the same command inside sh -c strings
+string(JOIN " " VALIDATE_SH ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/validate_trace.py)
+set(EXPECT_EXIT ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.sh)
+
+# shardlab_chapter_tests(<short name> <target> <extra args...>)
+function(shardlab_chapter_tests name target)
+  string(JOIN " " args ${ARGN})
+  foreach(np 1 2 3 4)
+    set(run ${RUNS}/${name}_np${np})
+    add_test(NAME "${name}: runs at world ${np}, traces valid"
+             COMMAND sh -c "rm -rf '${run}' && ${MPIRUN_SH} -np ${np} $<TARGET_FILE:${target}> ${args} --trace-dir '${RUNS}' --run-name ${name}_np${np} && ${VALIDATE_SH} '${run}' --ranks ${np}")
+    set_tests_properties("${name}: runs at world ${np}, traces valid" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
+  endforeach()
+  # The same command twice (same run name), each result moved aside, then compared byte for byte.
+  add_test(NAME "${name}: the same command writes the same bytes"
+           COMMAND sh -c "cd '${RUNS}' 2>/dev/null || mkdir -p '${RUNS}' && cd '${RUNS}' && rm -rf ${name}_det ${name}_det1 ${name}_det2 && for i in 1 2; do ${MPIRUN_SH} -np 2 $<TARGET_FILE:${target}> ${args} --trace-dir . --run-name ${name}_det > /dev/null && mv ${name}_det ${name}_det$i || exit 1; done; for f in rank0.json rank1.json summary.json; do cmp ${name}_det1/$f ${name}_det2/$f || exit 1; done")
+  set_tests_properties("${name}: the same command writes the same bytes" PROPERTIES TIMEOUT 300 PROCESSORS 2)
+  add_test(NAME "${name}: a bad flag value exits 2 naming the flag"
+           COMMAND ${EXPECT_EXIT} 2 "--steps: got 'many'; allowed: an integer from 1" -- ${MPIRUN} -np 2 $<TARGET_FILE:${target}> --steps many)
+  add_test(NAME "${name}: an unknown flag exits 2 listing the flags"
+           COMMAND ${EXPECT_EXIT} 2 "unknown flag --stpes; allowed flags: --device" -- ${MPIRUN} -np 1 $<TARGET_FILE:${target}> --stpes 3)
+  add_test(NAME "${name}: an unknown profile exits 2 listing the profiles"
+           COMMAND ${EXPECT_EXIT} 2 "--profile h200-9: no such profile; known profiles: a100-8, cpu-bound, h100-2x8, h100-8, pcie-4" -- ${MPIRUN} -np 1 $<TARGET_FILE:${target}> --profile h200-9)
+  add_test(NAME "${name}: --device cuda without a CUDA device exits 2"
+           COMMAND ${EXPECT_EXIT} 2 "--device cuda: not available" -- ${MPIRUN} -np 1 $<TARGET_FILE:${target}> --device cuda)
+  add_test(NAME "${name}: more ranks than the profile has GPUs exits 2"
+           COMMAND ${EXPECT_EXIT} 2 "--profile pcie-4 has 4 GPUs, but the job has 5 ranks" -- ${MPIRUN} -np 5 $<TARGET_FILE:${target}> --profile pcie-4)
+  set_tests_properties("${name}: more ranks than the profile has GPUs exits 2" PROPERTIES PROCESSORS 2)
+endfunction()
+
+shardlab_chapter_tests(ch00 shardlab_ch00 --steps 2)
+add_test(NAME "ch00: --race reports the missing wait, naming both ops, streams and buffer"
+         COMMAND ${EXPECT_EXIT} 0 "race on 'in\\[0\\]'.*polynomial on stream 7 \\(compute\\) reads it, but Memcpy HtoD \\(Pinned -> Device\\) on stream 8 \\(copy\\) wrote it"
+                 -- ${MPIRUN} -np 1 $<TARGET_FILE:shardlab_ch00> --race --steps 2 --trace-dir ${RUNS} --run-name ch00_race)
+add_test(NAME "ch00: the README quotes the figures the default 4-rank run writes"
+         COMMAND sh -c "${MPIRUN_SH} -np 4 $<TARGET_FILE:shardlab_ch00> --trace-dir '${RUNS}' --run-name ch00_readme > /dev/null && ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_readme_figures.py ${PROJECT_SOURCE_DIR}/chapters/00_streams_events/README.md '${RUNS}/ch00_readme/summary.json'")
+set_tests_properties("ch00: the README quotes the figures the default 4-rank run writes" PROPERTIES TIMEOUT 300 PROCESSORS 4)
+
+add_executable(fail_one_rank fail_one_rank.cpp)
+target_link_libraries(fail_one_rank PRIVATE shardlab_common shardlab_warnings)
+add_test(NAME "harness: a rank that throws brings the whole job down with its message"
+         COMMAND ${EXPECT_EXIT} 1 "rank 1: error: deliberate failure on rank 1" -- ${MPIRUN} -np 3 $<TARGET_FILE:fail_one_rank> --trace-dir ${RUNS})
+set_tests_properties("harness: a rank that throws brings the whole job down with its message" PROPERTIES TIMEOUT 60 PROCESSORS 3)

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Checks a run directory against DESIGN.md's trace schema, end to end.
+
+    python3 tests/validate_trace.py runs/00_streams_events [--ranks N]
+
+For every rank<R>.json: distributedInfo comes first with '"rank": R' (the regex HTA uses);
+the header fields are present; every complete event has ts and dur with three decimals; the
+complete events on each lane nest strictly; every ac2g flow has its start and its end and ids
+are unique across the job; GPU events carry device, stream and correlation; no args key is
+named "rank"; there are at least two ProfilerStep#N annotations and memory counters.
+summary.json must list every rank. Exits 1 with one line per problem.
+"""
+import json
+import os
+import re
+import sys
+from collections import defaultdict
+
+REQUIRED = ["distributedInfo", "schemaVersion", "displayTimeUnit", "baseTimeNanoseconds",
+            "deviceProperties", "otherData", "traceEvents"]
+THREE_DECIMALS = re.compile(r'"(ts|dur)": -?\d+\.\d{3}[,}]')
+
+
+def check_rank(path, rank, problems, flow_ids):
+    text = open(path, encoding="utf-8").read()
+    m = re.search(r'"rank":\s+(\d+)', text)
+    if not m or int(m.group(1)) != rank:
+        problems.append(f"{path}: HTA's rank regex finds {m.group(1) if m else 'nothing'}, expected {rank}")
+    if not text.startswith('{"distributedInfo"'):
+        problems.append(f"{path}: distributedInfo is not the first key")
+    doc = json.loads(text)
+    keys = list(doc.keys())
+    if keys != REQUIRED:
+        problems.append(f"{path}: top-level keys {keys}, expected {REQUIRED}")
+    if doc["distributedInfo"].get("rank") != rank:
+        problems.append(f"{path}: distributedInfo.rank is {doc['distributedInfo'].get('rank')}")
+    for line in text.splitlines():
+        if line.startswith('{"ph": "X"') and len(THREE_DECIMALS.findall(line)) != 2:
+            problems.append(f"{path}: ts/dur not written with three decimals: {line[:120]}")
+            break
+
+    lanes = defaultdict(list)
+    starts, ends = {}, {}
+    steps = 0
+    counters = 0
+    for e in doc["traceEvents"]:
+        args = e.get("args", {})
+        if "rank" in args:
+            problems.append(f"{path}: args key 'rank' in {e.get('name')}")
+        ph = e.get("ph")
+        if ph == "X":
+            lanes[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"], e["name"]))
+            if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+                for k in ("device", "stream"):
+                    if k not in args:
+                        problems.append(f"{path}: GPU event {e['name']} lacks args.{k}")
+            if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"):
+                steps += 1
+        elif ph == "s":
+            starts[e["id"]] = e
+        elif ph == "f":
+            ends[e["id"]] = e
+            if e.get("bp") != "e":
+                problems.append(f"{path}: flow end {e['id']} without \"bp\": \"e\"")
+        elif ph == "C":
+            counters += 1
+    if set(starts) != set(ends):
+        problems.append(f"{path}: flows without both ends: {sorted(set(starts) ^ set(ends))[:5]}")
+    for i in starts:
+        if i in flow_ids:
+            problems.append(f"{path}: flow id {i} also used in {flow_ids[i]}")
+        flow_ids[i] = path
+    if steps < 2:
+        problems.append(f"{path}: {steps} ProfilerStep annotations (HTA needs at least 2)")
+    if counters == 0:
+        problems.append(f"{path}: no memory counters")
+
+    for lane, events in lanes.items():
+        events.sort(key=lambda x: (x[0], -x[1]))
+        stack = []
+        for b, e, name in events:
+            while stack and stack[-1][1] <= b + 1e-9:
+                stack.pop()
+            if stack and e > stack[-1][1] + 1e-9:
+                problems.append(f"{path}: lane {lane}: '{name}' [{b}, {e}] overlaps '{stack[-1][2]}' "
+                                f"[{stack[-1][0]}, {stack[-1][1]}] without nesting")
+                break
+            stack.append((b, e, name))
+
+
+def main():
+    if len(sys.argv) < 2:
+        print(__doc__)
+        return 2
+    run = sys.argv[1]
+    ranks = sorted(int(m.group(1)) for f in os.listdir(run) if (m := re.fullmatch(r"rank(\d+)\.json", f)))
+    problems = []
+    if "--ranks" in sys.argv:
+        want = int(sys.argv[sys.argv.index("--ranks") + 1])
+        if ranks != list(range(want)):
+            problems.append(f"{run}: rank files {ranks}, expected 0..{want - 1}")
+    flow_ids = {}
+    for r in ranks:
+        check_rank(os.path.join(run, f"rank{r}.json"), r, problems, flow_ids)
+    summary = json.load(open(os.path.join(run, "summary.json")))
+    if [x["rank"] for x in summary["ranks"]] != ranks:
+        problems.append(f"{run}/summary.json: ranks {[x['rank'] for x in summary['ranks']]}, expected {ranks}")
+    for p in problems:
+        print("trace check:", p)
+    print(f"{run}: {len(ranks)} rank file(s), {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
