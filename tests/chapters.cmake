@@ -47,3 +47,29 @@ target_link_libraries(fail_one_rank PRIVATE shardlab_common shardlab_warnings)
 add_test(NAME "harness: a rank that throws brings the whole job down with its message"
          COMMAND ${EXPECT_EXIT} 1 "rank 1: error: deliberate failure on rank 1" -- ${MPIRUN} -np 3 $<TARGET_FILE:fail_one_rank> --trace-dir ${RUNS})
 set_tests_properties("harness: a rank that throws brings the whole job down with its message" PROPERTIES TIMEOUT 60 PROCESSORS 3)
+
+# Reference traces in traces/ must be what the code writes now: regenerate with the command in
+# traces/README.md and compare byte for byte.
+function(shardlab_reference_trace_test name target run ranks)
+  string(JOIN " " args ${ARGN})
+  set(dir ${RUNS}/reference_${name})
+  add_test(NAME "${name}: the reference trace in traces/${run} is what the code writes"
+           COMMAND sh -c "rm -rf '${dir}' && mkdir -p '${dir}' && cd '${dir}' && ${MPIRUN_SH} -np ${ranks} $<TARGET_FILE:${target}> ${args} --trace-dir traces --run-name ${run} > /dev/null && for f in traces/${run}/*; do cmp $f '${PROJECT_SOURCE_DIR}/'$f || { echo \"$f differs: regenerate it (traces/README.md)\"; exit 1; }; done")
+  set_tests_properties("${name}: the reference trace in traces/${run} is what the code writes" PROPERTIES TIMEOUT 300 PROCESSORS ${ranks})
+endfunction()
+shardlab_reference_trace_test(ch00 shardlab_ch00 00_streams_events 2)
+
+# Notebooks are executed (Debian's jupyter-nbconvert). Each runs its chapter into the build tree.
+find_program(JUPYTER jupyter)
+function(shardlab_notebook_test notebook)
+  if(NOT JUPYTER)
+    return()
+  endif()
+  add_test(NAME "notebook: ${notebook} executes"
+           COMMAND ${CMAKE_COMMAND} -E env SHARDLAB_BUILD=${CMAKE_BINARY_DIR} SHARDLAB_RUNS=${RUNS}/notebooks
+                   SHARDLAB_FIGURES=${CMAKE_BINARY_DIR}/test-figures
+                   ${JUPYTER} nbconvert --to notebook --execute ${PROJECT_SOURCE_DIR}/notebooks/${notebook}
+                   --output-dir ${CMAKE_BINARY_DIR}/test-notebooks)
+  set_tests_properties("notebook: ${notebook} executes" PROPERTIES TIMEOUT 300 PROCESSORS 4)
+endfunction()
+shardlab_notebook_test(00_streams_events.ipynb)
