@@ -1,0 +1,152 @@
+// Flags (parsing and error messages), hardware profiles (every shipped profile loads, every
+// constant has a source) and the cost model's formulas.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "cost_model.h"
+#include "flags.h"
+#include "profile.h"
+
+using namespace shardlab;
+
+namespace {
+
+struct Parsed {
+  int64_t steps = 3;
+  double lr = 0.1;
+  bool race = false;
+  std::string device = "sim";
+  Flags flags{"prog"};
+  Parsed() {
+    flags.add_int("steps", &steps, 1, 100, "steps");
+    flags.add_double("lr", &lr, 0.0, 1.0, "learning rate");
+    flags.add_bool("race", &race, "race");
+    flags.add_choice("device", &device, {"sim", "cuda"}, "device");
+  }
+  bool parse(std::vector<const char*> args) {
+    args.insert(args.begin(), "prog");
+    return flags.parse(static_cast<int>(args.size()), args.data());
+  }
+};
+
+std::string error_of(std::vector<const char*> args) {
+  Parsed p;
+  try {
+    p.parse(std::move(args));
+  } catch (const FlagError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("flags: values in both spellings, booleans alone, defaults kept", "[flags]") {
+  Parsed p;
+  REQUIRE(p.parse({"--steps", "7", "--lr=0.5", "--race", "--device=cuda"}));
+  CHECK(p.steps == 7);
+  CHECK(p.lr == 0.5);
+  CHECK(p.race);
+  CHECK(p.device == "cuda");
+  Parsed q;
+  REQUIRE(q.parse({}));
+  CHECK(q.steps == 3);
+  CHECK_FALSE(q.race);
+  CHECK(q.flags.values()["steps"] == 3);
+}
+
+TEST_CASE("flags: --help returns false and usage lists every flag with its default", "[flags]") {
+  Parsed p;
+  CHECK_FALSE(p.parse({"--help"}));
+  const std::string u = p.flags.usage();
+  CHECK_THAT(u, Catch::Contains("--steps N"));
+  CHECK_THAT(u, Catch::Contains("(default: 3)"));
+  CHECK_THAT(u, Catch::Contains("--device {sim, cuda}"));
+}
+
+TEST_CASE("flags: errors name the flag and what is allowed", "[flags]") {
+  CHECK(error_of({"--steps", "0"}) == "--steps: got '0'; allowed: an integer from 1 to 100");
+  CHECK(error_of({"--steps", "3x"}) == "--steps: got '3x'; allowed: an integer from 1 to 100");
+  CHECK(error_of({"--steps", "99999999999999999999"}) ==
+        "--steps: got '99999999999999999999'; allowed: an integer from 1 to 100");
+  CHECK(error_of({"--lr", "nan"}) == "--lr: got 'nan'; allowed: a number from 0 to 1");
+  CHECK(error_of({"--device", "tpu"}) == "--device: got 'tpu'; allowed: sim, cuda");
+  CHECK(error_of({"--race=maybe"}) == "--race: got 'maybe'; allowed: true or false (or the flag alone)");
+  CHECK(error_of({"--steps"}) == "--steps: missing value; allowed: an integer from 1 to 100");
+  CHECK(error_of({"--stpes", "3"}) == "unknown flag --stpes; allowed flags: --steps, --lr, --race, --device, --help");
+  CHECK(error_of({"steps"}) == "unexpected argument 'steps'; flags look like --name value (see --help)");
+}
+
+TEST_CASE("profiles: every shipped profile loads with sane numbers", "[profile]") {
+  const auto names = profile_names();
+  CHECK(names == std::vector<std::string>{"a100-8", "cpu-bound", "h100-2x8", "h100-8", "pcie-4"});
+  for (const auto& n : names) {
+    const Profile p = load_profile(n);
+    INFO(n);
+    CHECK(p.name == n);
+    CHECK(p.memory_bytes > (16LL << 30));
+    CHECK(p.peak_tflops_bf16 > p.peak_tflops_f32);
+    CHECK(p.intra.busbw_GBps > p.inter.busbw_GBps);
+    CHECK(p.max_ranks() >= 4);
+  }
+  CHECK(load_profile("h100-2x8").max_ranks() == 16);
+  CHECK(load_profile("cpu-bound").launch_us == Approx(10 * load_profile("h100-8").launch_us));
+}
+
+TEST_CASE("profiles: an unknown name lists the profiles; a constant without a source is refused", "[profile]") {
+  CHECK_THROWS_WITH(load_profile("h200-9"), Catch::Contains("known profiles: a100-8, cpu-bound, h100-2x8, h100-8, pcie-4"));
+  const std::string path = "/tmp/shardlab_bad_profile.json";
+  {
+    std::ifstream in(std::string(SHARDLAB_SOURCE_DIR) + "/common/profiles/h100-8.json");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto at = text.find("\"hbm_GBps\"");
+    const auto src = text.find("\"source\"", at);
+    text.replace(src, 8, "\"sauce\"");
+    std::ofstream(path) << text;
+  }
+  CHECK_THROWS_WITH(load_profile(path), Catch::Contains("field 'gpu.hbm_GBps' must be {\"value\""));
+  std::remove(path.c_str());
+}
+
+TEST_CASE("cost model: kernels are bound by math or memory, whichever is slower", "[cost]") {
+  Profile p = load_profile("h100-8");
+  // 1 GFLOP of fp32 matmul: 1e9 / (66.9e12 x 0.75) s = 19.93 us, + 2 us overhead.
+  CHECK(kernel_ns(p, 1e9, 0, DType::f32, KernelClass::matmul) == 21931);
+  // The same in bf16 runs on tensor cores.
+  CHECK(kernel_ns(p, 1e9, 0, DType::bf16, KernelClass::matmul) < 4000);
+  // 335 MB of traffic at 3350 GB/s: 100 us, whatever the (small) FLOP count.
+  CHECK(kernel_ns(p, 1e3, 335e6, DType::f32, KernelClass::elementwise) == 102000);
+}
+
+TEST_CASE("cost model: memcpy is latency plus bytes over the link", "[cost]") {
+  Profile p = load_profile("h100-8");
+  CHECK(memcpy_ns(p, 55e3, CopyKind::host_to_device) == 3000);  // 2 us + 1 us
+  CHECK(memcpy_ns(p, 0, CopyKind::device_to_host) == 2000);
+}
+
+TEST_CASE("cost model: NCCL ring all-reduce, steps and bandwidth", "[cost]") {
+  const LinkTier nv = load_profile("h100-8").intra;
+  const double S = 256.0 * (1 << 20);
+  // Simple: 8.4 + 14 x 3.4 us + 2(n-1)/n x S / 370 GB/s at n = 8.
+  const double expect_us = 8.4 + 14 * 3.4 + 2.0 * 7 / 8 * S / 370e3;
+  CHECK(collective_ns(nv, CollectiveKind::all_reduce, S, 8) == static_cast<int64_t>(std::ceil(expect_us * 1000)));
+  CHECK(collective_protocol(nv, CollectiveKind::all_reduce, S, 8) == "SIMPLE");
+  // Tiny messages take LL: lower latency.
+  CHECK(collective_protocol(nv, CollectiveKind::all_reduce, 1024, 8) == "LL");
+  CHECK(collective_ns(nv, CollectiveKind::all_reduce, 1024, 8) < collective_ns(nv, CollectiveKind::all_reduce, 1 << 24, 8));
+  // all-gather moves half the bytes of an all-reduce of the gathered size, in half the steps.
+  const double ag = static_cast<double>(collective_ns(nv, CollectiveKind::all_gather, S, 8));
+  const double ar = static_cast<double>(collective_ns(nv, CollectiveKind::all_reduce, S, 8));
+  CHECK(ag / ar == Approx(0.5).epsilon(0.02));
+  // The network tier is slower than NVLink.
+  const LinkTier ib = load_profile("h100-2x8").inter;
+  CHECK(collective_ns(ib, CollectiveKind::all_reduce, S, 16) > 5 * collective_ns(nv, CollectiveKind::all_reduce, S, 8));
+}
+
+TEST_CASE("cost model: a send/recv pays one launch, one hop and the bytes", "[cost]") {
+  const LinkTier nv = load_profile("h100-8").intra;
+  CHECK(p2p_ns(nv, 370e3) == 12800);  // 8.4 + 3.4 + 1 us
+}
