@@ -78,6 +78,8 @@ TraceArgs& TraceArgs::add(std::string_view key, int64_t v) {
 }
 
 TraceArgs& TraceArgs::add(std::string_view key, double v) {
+  // Whole numbers (bytes, FLOPs) are written exactly, as integers, up to 2^53.
+  if (std::abs(v) < 9007199254740992.0 && v == std::floor(v)) return add(key, static_cast<int64_t>(v));
   append_key(key);
   if (!std::isfinite(v)) {
     body_ += "null";  // JSON has no nan or inf

@@ -35,7 +35,7 @@ class TraceArgs {
   TraceArgs& add(std::string_view key, int64_t v);
   TraceArgs& add(std::string_view key, int v) { return add(key, static_cast<int64_t>(v)); }
   TraceArgs& add(std::string_view key, uint64_t v) { return add(key, static_cast<int64_t>(v)); }
-  TraceArgs& add(std::string_view key, double v);  // written with up to 6 significant decimals
+  TraceArgs& add(std::string_view key, double v);  // whole numbers exactly, others to 6 significant digits
   TraceArgs& add(std::string_view key, std::string_view v);
   TraceArgs& add(std::string_view key, const char* v) { return add(key, std::string_view(v)); }
   TraceArgs& add_raw(std::string_view key, std::string_view json_value);  // e.g. a list "[0, 1]"

@@ -129,10 +129,11 @@ TEST_CASE("TraceArgs serializes in insertion order as valid JSON", "[trace]") {
   a.add("n", 3).add("big", uint64_t{3'000'000'001}).add("x", 1.5).add("m", 1.0e6).add("s", "q\"")
       .add("nan", std::nan("")).add("inf", std::numeric_limits<double>::infinity()).add_raw("l", "[0, 1]")
       .add("k\"ey", -2);
-  CHECK(a.json() == R"("n": 3, "big": 3000000001, "x": 1.5, "m": 1e+06, "s": "q\"", "nan": null, )"
+  CHECK(a.json() == R"("n": 3, "big": 3000000001, "x": 1.5, "m": 1000000, "s": "q\"", "nan": null, )"
                     R"("inf": null, "l": [0, 1], "k\"ey": -2)");
   CHECK(json::parse("{" + a.json() + "}")["l"] == json::array({0, 1}));
   CHECK(TraceArgs().add("third", 1.0 / 3).json() == R"("third": 0.333333)");
+  CHECK(TraceArgs().add("flops", 1.5e15).json() == R"("flops": 1500000000000000)");  // whole numbers exactly
   CHECK_THROWS_AS(TraceArgs().add("rank", 0), std::invalid_argument);
 }
 
