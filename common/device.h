@@ -12,6 +12,7 @@
 //   wait          cudaStreamWaitEvent  (the stream waits; the CPU does not)
 //   synchronize   cudaEventSynchronize / cudaStreamSynchronize / cudaDeviceSynchronize
 //   query         cudaEventQuery
+//   elapsed_us    cudaEventElapsedTime
 //   empty / free  the caching allocator (torch.empty / tensor going out of scope)
 //   record_stream Tensor.record_stream
 #pragma once
@@ -86,6 +87,8 @@ class Device {
   virtual void synchronize(Stream& s) = 0;
   virtual void synchronize() = 0;
   virtual bool query(const Event& e) = 0;
+  // Device time between two completed events, in microseconds (cudaEventElapsedTime).
+  virtual double elapsed_us(const Event& start, const Event& end) = 0;
 
   // The host clock, nanoseconds since the job's base time (virtual in the sim).
   virtual int64_t now_ns() = 0;

@@ -104,7 +104,8 @@ void Job::figure(const std::string& key, double value, const std::string& unit, 
   std::cout << left << num << "   " << what << std::endl;
 }
 
-Job::Step::Step(Job& job, int64_t n) : job_(job), n_(n), start_ns_(job.device().now_ns()) {
+Job::Step::Step(Job& job, int64_t n, int64_t total)
+    : job_(job), n_(n), total_(total < 0 ? job.steps() : total), start_ns_(job.device().now_ns()) {
   job_.device().allocator().reset_peaks();
 }
 
@@ -116,7 +117,7 @@ Job::Step::~Step() {
   if (job_.is_root()) {
     char line[256];
     std::snprintf(line, sizeof line, "step %lld/%lld | %.3f us (%s) | peak allocated %s, reserved %s",
-                  static_cast<long long>(n_ + 1), static_cast<long long>(job_.steps()),
+                  static_cast<long long>(n_ + 1), static_cast<long long>(total_),
                   static_cast<double>(end - start_ns_) / 1000.0, d.simulated() ? "simulated" : "measured",
                   human_bytes(static_cast<double>(d.allocator().peak_allocated())).c_str(),
                   human_bytes(static_cast<double>(d.allocator().peak_reserved())).c_str());

@@ -66,14 +66,15 @@ class Job {
   // inside its window; rank 0 then prints a progress line.
   class Step {
    public:
-    Step(Job& job, int64_t n);
+    // `total` (default: --steps) is only for the progress line: "step n+1/total".
+    Step(Job& job, int64_t n, int64_t total = -1);
     ~Step();
     Step(const Step&) = delete;
     Step& operator=(const Step&) = delete;
 
    private:
     Job& job_;
-    int64_t n_;
+    int64_t n_, total_;
     int64_t start_ns_;
   };
 

@@ -211,9 +211,12 @@ MpiComm::MpiComm(Device& dev, SimDevice& sim, MPI_Comm comm, std::string name, s
 }
 
 MpiComm::~MpiComm() {
+  // After a mismatch, headers nobody received may still be in flight to this communicator.
+  // Freeing it would let MPI hand its context id to a new communicator, where they would be
+  // received by mistake, so a broken communicator is deliberately kept until MPI_Finalize.
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Comm_free(&comm_);  // after MPI_Finalize there is nothing left to free
+  if (!finalized && broken_.empty()) MPI_Comm_free(&comm_);
 }
 
 std::unique_ptr<Comm> MpiComm::split(int color, int key) {
@@ -333,10 +336,11 @@ void MpiComm::barrier() {
 // --- The one path.
 
 void MpiComm::run(const Call& call, Stream& s) {
-  // The CPU launches; the stream could begin at `ready` (its queue, its waits, and this
-  // communicator's previous operation, whatever stream that ran on: NCCL runs one
-  // communicator's operations in order).
-  // NCCL launches a grouped send/recv at ncclGroupEnd.
+  if (!broken_.empty())
+    throw CollectiveMismatch("communicator " + name_ + " is unusable after a collective mismatch (" + broken_ + ")");
+  // The CPU launches (a grouped send/recv launches at ncclGroupEnd); the stream could begin at
+  // `ready`: after its queue, its waits, and this communicator's previous operation, whatever
+  // stream that ran on (NCCL runs one communicator's operations in order).
   const auto issue = sim_.comm_issue(s, call.kind ? api_name(*call.kind) : "ncclGroupEnd", last_end_ns_);
   const int64_t seq = call.kind ? ++seq_ : ++p2p_seq_;
   // Debug mode: compare before anything can block, so a mismatch throws instead of hanging.
@@ -376,8 +380,8 @@ void MpiComm::check_collective(const Call& call, int64_t seq) {
     if (all[r].seq != seq) differences += " as its call #" + std::to_string(all[r].seq);
   }
   if (!differences.empty())
-    throw CollectiveMismatch("collective mismatch on communicator " + name_ + ", call #" + std::to_string(seq) +
-                             ": " + who(rank_) + " issued " + describe(mine) + differences);
+    mismatch("collective mismatch on communicator " + name_ + ", call #" + std::to_string(seq) + ": " + who(rank_) +
+             " issued " + describe(mine) + differences);
 }
 
 void MpiComm::check_p2p(const Call& call, int64_t seq) {
@@ -405,19 +409,23 @@ void MpiComm::check_p2p(const Call& call, int64_t seq) {
     const Header& mine = expected == HeaderOp::send ? expecting : sending;
     if (theirs.op == static_cast<int64_t>(expected) && theirs.dtype == mine.dtype && theirs.count == mine.count)
       continue;
-    const bool p2p = theirs.op == static_cast<int64_t>(HeaderOp::send) ||
-                     theirs.op == static_cast<int64_t>(HeaderOp::recv);
+    // The peer's side: "send(count=5, f32) to rank 1", or a collective with its call number.
+    std::string theirs_text = describe(theirs);
+    if (theirs.op == static_cast<int64_t>(HeaderOp::send))
+      theirs_text += " to " + who(rank_);
+    else if (theirs.op == static_cast<int64_t>(HeaderOp::recv))
+      theirs_text += " from " + who(rank_);
+    else
+      theirs_text += " as its call #" + std::to_string(theirs.seq);
     difference = who(rank_) + " issued " + describe(mine) + " " + direction + " " + who(peer) + ", " + who(peer) +
-                 " issued " + describe(theirs) +
-                 (p2p ? std::string(theirs.op == static_cast<int64_t>(HeaderOp::send) ? " to " : " from ") + who(rank_)
-                      : " as its call #" + std::to_string(theirs.seq));
+                 " issued " + theirs_text;
     break;
   }
   // Headers are a few bytes, sent eagerly: these complete even when the peer never receives.
   MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
   if (!difference.empty())
-    throw CollectiveMismatch("collective mismatch on communicator " + name_ + ", sendrecv #" + std::to_string(seq) +
-                             ": " + difference);
+    mismatch("collective mismatch on communicator " + name_ + ", sendrecv #" + std::to_string(seq) + ": " +
+             difference);
 }
 
 std::pair<int64_t, int64_t> MpiComm::agree_collective(const Call& call, int64_t ready_ns) {
@@ -549,6 +557,11 @@ void MpiComm::move_sendrecv(const Tensor& send, int to, const Tensor& recv, int 
       MPI_Irecv(at(recv, offset), count, mpi_type(recv.dtype), from, kDataTag, comm_, &requests.back());
     });
   MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+}
+
+void MpiComm::mismatch(const std::string& message) {
+  broken_ = message;
+  throw CollectiveMismatch(message);
 }
 
 std::string MpiComm::who(int comm_rank) const {

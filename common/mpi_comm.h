@@ -9,6 +9,11 @@
 // Each operation takes one path (MpiComm::run): issue on the stream, check the members agree
 // (debug mode), agree on the start, move the data, record it on the stream.
 //
+// Debug mode: members exchange a header (operation, call number, count, dtype, root) point to
+// point before each operation; a collective's members all hear from each other, a sendrecv's
+// only from its two peers (ranks further along a mismatched ring may still wait). After a
+// mismatch the communicator refuses every further operation, as an errored NCCL communicator does.
+//
 // Counts: MPI counts are `int`. Messages longer than INT_MAX elements are split into several
 // MPI calls (all-gather uses a resized datatype per chunk), so counts up to 2^31 elements and
 // beyond work; set_message_limit() lowers the split point so tests reach that path cheaply.
@@ -89,6 +94,7 @@ class MpiComm final : public Comm {
   void move_sendrecv(const Tensor& send, int to, const Tensor& recv, int from) const;
 
   std::string who(int comm_rank) const;  // "rank 2", or "rank 1 (world rank 3)" in a sub-group
+  [[noreturn]] void mismatch(const std::string& message);
 
   Device& dev_;
   SimDevice& sim_;
@@ -103,6 +109,7 @@ class MpiComm final : public Comm {
   int64_t last_end_ns_ = 0;  // the previous operation's end (identical on all members after a collective)
   int64_t seq_ = 0;          // collectives issued on this communicator (the same on every member)
   int64_t p2p_seq_ = 0;      // sendrecvs this rank issued: they involve only some members, so they count apart
+  std::string broken_;       // the mismatch that made this communicator unusable (debug mode), if any
 };
 
 }  // namespace shardlab

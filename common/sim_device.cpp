@@ -36,7 +36,9 @@ SimDevice::SimDevice(Profile profile, ComputeMode compute, int rank, int world_s
   create_stream("compute");
 }
 
-SimDevice::~SimDevice() = default;
+// The allocator frees its segments through this object's AllocatorBackend methods, so it must
+// go while this object is still whole, not later in ~Device.
+SimDevice::~SimDevice() { set_allocator(nullptr); }
 
 SimDevice::SimStream& SimDevice::sim(Stream& s) {
   if (&s.device() != this) throw std::logic_error("stream '" + s.name() + "' belongs to another device");
@@ -159,6 +161,15 @@ bool SimDevice::query(const Event& event) {
   const bool done = cpu_ns_ >= e->t_ns;
   if (done) race_.on_host_sync(e->clock);  // the CPU now knows that work is finished
   return done;
+}
+
+double SimDevice::elapsed_us(const Event& start, const Event& end) {
+  const auto* a = dynamic_cast<const SimEvent*>(start.state.get());
+  const auto* b = dynamic_cast<const SimEvent*>(end.state.get());
+  if (!a || !b) throw std::invalid_argument("elapsed_us: the events were not recorded on this sim device");
+  if (cpu_ns_ < a->t_ns || cpu_ns_ < b->t_ns)
+    throw std::logic_error("elapsed_us: an event has not completed yet (synchronize on it first)");
+  return static_cast<double>(b->t_ns - a->t_ns) / 1e3;
 }
 
 void SimDevice::host_work(std::string_view name, int64_t ns) {

@@ -37,6 +37,7 @@ class SimDevice final : public Device, private AllocatorBackend {
   void synchronize(Stream& s) override;
   void synchronize() override;
   bool query(const Event& e) override;
+  double elapsed_us(const Event& start, const Event& end) override;
   int64_t now_ns() override { return cpu_ns_; }
   void host_work(std::string_view name, int64_t ns) override;
   const std::vector<std::string>& race_reports() const override { return race_.reports(); }

@@ -574,6 +574,13 @@ TEST_CASE("mpi_comm: debug mode names the ranks that issued something else") {
     }
   }
 
+  SECTION("the communicator is unusable afterwards") {
+    Tensor buf = f.empty(rank == 1 ? 8 : 7);
+    mismatch_message([&] { f.world->all_reduce(buf, ReduceOp::sum, s); });
+    CHECK_THAT(mismatch_message([&] { f.world->broadcast(buf, 0, s); }),
+               Contains("communicator world is unusable after a collective mismatch"));
+  }
+
   SECTION("a different dtype") {
     Tensor buf = f.empty(7, rank == 1 ? DType::i32 : DType::f32);
     const std::string msg = mismatch_message([&] { f.world->all_reduce(buf, ReduceOp::sum, s); });
