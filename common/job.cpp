@@ -104,8 +104,8 @@ void Job::figure(const std::string& key, double value, const std::string& unit, 
   std::cout << left << num << "   " << what << std::endl;
 }
 
-Job::Step::Step(Job& job, int64_t n, int64_t total)
-    : job_(job), n_(n), total_(total < 0 ? job.steps() : total), start_ns_(job.device().now_ns()) {
+Job::Step::Step(Job& job, int64_t n, int64_t total, bool progress)
+    : job_(job), n_(n), total_(total < 0 ? job.steps() : total), progress_(progress), start_ns_(job.device().now_ns()) {
   job_.device().allocator().reset_peaks();
 }
 
@@ -114,7 +114,7 @@ Job::Step::~Step() {
   d.synchronize();
   const int64_t end = d.now_ns();
   d.trace().step(static_cast<int>(n_), start_ns_, end - start_ns_);
-  if (job_.is_root()) {
+  if (job_.is_root() && progress_) {
     char line[256];
     std::snprintf(line, sizeof line, "step %lld/%lld | %.3f us (%s) | peak allocated %s, reserved %s",
                   static_cast<long long>(n_ + 1), static_cast<long long>(total_),

@@ -66,8 +66,9 @@ class Job {
   // inside its window; rank 0 then prints a progress line.
   class Step {
    public:
-    // `total` (default: --steps) is only for the progress line: "step n+1/total".
-    Step(Job& job, int64_t n, int64_t total = -1);
+    // `total` (default: --steps) is only for the progress line: "step n+1/total". A chapter
+    // that prints its own line per step (a table row) passes progress = false.
+    Step(Job& job, int64_t n, int64_t total = -1, bool progress = true);
     ~Step();
     Step(const Step&) = delete;
     Step& operator=(const Step&) = delete;
@@ -75,6 +76,7 @@ class Job {
    private:
     Job& job_;
     int64_t n_, total_;
+    bool progress_;
     int64_t start_ns_;
   };
 

@@ -110,7 +110,7 @@ std::string mismatch_message(const std::function<void()>& f) {
 
 }  // namespace
 
-TEST_CASE("mpi_comm: the world communicator") {
+TEST_CASE("mpi_comm: the world communicator", "[setup]") {
   Fixture f;
   CHECK(f.world->rank() == world_rank());
   CHECK(f.world->size() == world_size());
@@ -123,7 +123,7 @@ TEST_CASE("mpi_comm: the world communicator") {
   CHECK(reduce_op_name(ReduceOp::max) == "max");
 }
 
-TEST_CASE("mpi_comm: link_for picks intra-node until a group spans nodes") {
+TEST_CASE("mpi_comm: link_for picks intra-node until a group spans nodes", "[setup]") {
   Profile p;
   p.gpus_per_node = 8;
   p.nodes = 2;
@@ -141,7 +141,7 @@ TEST_CASE("mpi_comm: link_for picks intra-node until a group spans nodes") {
   CHECK(f.dev.profile().intra.name != f.dev.profile().inter.name);
 }
 
-TEST_CASE("mpi_comm: all_reduce sum, avg and max at every count") {
+TEST_CASE("mpi_comm: all_reduce sum, avg and max at every count", "[collectives]") {
   Fixture f;
   const int rank = world_rank();
   for (ReduceOp op : kOps) {
@@ -156,7 +156,7 @@ TEST_CASE("mpi_comm: all_reduce sum, avg and max at every count") {
   }
 }
 
-TEST_CASE("mpi_comm: all_reduce on i32 (avg divides like ncclAvg: integer division)") {
+TEST_CASE("mpi_comm: all_reduce on i32 (avg divides like ncclAvg: integer division)", "[collectives]") {
   Fixture f;
   const int n = world_size(), rank = world_rank();
   for (ReduceOp op : kOps) {
@@ -174,7 +174,7 @@ TEST_CASE("mpi_comm: all_reduce on i32 (avg divides like ncclAvg: integer divisi
   }
 }
 
-TEST_CASE("mpi_comm: reduce_scatter sum, avg and max at every count") {
+TEST_CASE("mpi_comm: reduce_scatter sum, avg and max at every count", "[collectives]") {
   Fixture f;
   const int n = world_size(), rank = world_rank();
   for (ReduceOp op : kOps) {
@@ -190,7 +190,7 @@ TEST_CASE("mpi_comm: reduce_scatter sum, avg and max at every count") {
   }
 }
 
-TEST_CASE("mpi_comm: all_gather at every count") {
+TEST_CASE("mpi_comm: all_gather at every count", "[collectives]") {
   Fixture f;
   const int n = world_size(), rank = world_rank();
   for (int64_t count : kCounts) {
@@ -204,7 +204,7 @@ TEST_CASE("mpi_comm: all_gather at every count") {
   }
 }
 
-TEST_CASE("mpi_comm: broadcast from every root at every count") {
+TEST_CASE("mpi_comm: broadcast from every root at every count", "[collectives]") {
   Fixture f;
   const int rank = world_rank();
   for (int root = 0; root < world_size(); ++root) {
@@ -219,7 +219,7 @@ TEST_CASE("mpi_comm: broadcast from every root at every count") {
   }
 }
 
-TEST_CASE("mpi_comm: sendrecv ring shift and lone send/receive") {
+TEST_CASE("mpi_comm: sendrecv ring shift and lone send/receive", "[collectives]") {
   Fixture f;
   const int n = world_size(), rank = world_rank();
   const int to = (rank + 1) % n, from = (rank + n - 1) % n;
@@ -245,7 +245,7 @@ TEST_CASE("mpi_comm: sendrecv ring shift and lone send/receive") {
   CHECK(first_difference(buf, [&](int64_t i) { return value(std::max(n - 2, 0), i); }) == -1);
 }
 
-TEST_CASE("mpi_comm: in place and chunked messages") {
+TEST_CASE("mpi_comm: in place and chunked messages", "[collectives]") {
   Fixture f;
   const int n = world_size(), rank = world_rank();
   const int64_t count = 23;
@@ -298,7 +298,7 @@ TEST_CASE("mpi_comm: in place and chunked messages") {
   CHECK_THROWS_AS(f.world->set_message_limit(0), std::invalid_argument);
 }
 
-TEST_CASE("mpi_comm: wrong arguments throw invalid_argument naming the op and the numbers") {
+TEST_CASE("mpi_comm: wrong arguments throw invalid_argument naming the op and the numbers", "[collectives]") {
   Fixture f;
   const int n = world_size();
   Stream& s = f.dev.compute_stream();
@@ -319,7 +319,7 @@ TEST_CASE("mpi_comm: wrong arguments throw invalid_argument naming the op and th
   CHECK(f.dev.trace().timeline().collectives.size() == 1);
 }
 
-TEST_CASE("mpi_comm: split into sub-communicators") {
+TEST_CASE("mpi_comm: split into sub-communicators", "[split]") {
   Fixture f;
   const int n = world_size(), rank = world_rank();
   Stream& s = f.dev.compute_stream();
@@ -378,7 +378,7 @@ TEST_CASE("mpi_comm: split into sub-communicators") {
   }
 }
 
-TEST_CASE("mpi_comm: a collective starts when its last member is ready") {
+TEST_CASE("mpi_comm: a collective starts when its last member is ready", "[timing]") {
   Fixture f;
   const int n = world_size(), rank = world_rank(), late = n - 1;
   Stream& s = f.dev.compute_stream();
@@ -400,7 +400,7 @@ TEST_CASE("mpi_comm: a collective starts when its last member is ready") {
   CHECK(waits == (rank == late ? 0 : 1));
 }
 
-TEST_CASE("mpi_comm: one communicator runs its operations in order across streams") {
+TEST_CASE("mpi_comm: one communicator runs its operations in order across streams", "[timing]") {
   Fixture f;
   const int n = world_size();
   Stream& compute = f.dev.compute_stream();
@@ -416,7 +416,7 @@ TEST_CASE("mpi_comm: one communicator runs its operations in order across stream
   CHECK(cs[1].start_us >= cs[0].end_us);
 }
 
-TEST_CASE("mpi_comm: different communicators do not serialize") {
+TEST_CASE("mpi_comm: different communicators do not serialize", "[timing]") {
   Fixture f;
   const int n = world_size();
   auto other = f.world->split(0, f.world->rank());
@@ -434,7 +434,7 @@ TEST_CASE("mpi_comm: different communicators do not serialize") {
   CHECK(cs[1].end_us < cs[0].start_us);  // done before the first communicator's op began
 }
 
-TEST_CASE("mpi_comm: a sendrecv transfer starts when both its ends are ready") {
+TEST_CASE("mpi_comm: a sendrecv transfer starts when both its ends are ready", "[timing]") {
   Fixture f;
   const int n = world_size(), rank = world_rank(), late = n - 1;
   const int to = (rank + 1) % n, from = (rank + n - 1) % n;
@@ -457,7 +457,7 @@ TEST_CASE("mpi_comm: a sendrecv transfer starts when both its ends are ready") {
   }
 }
 
-TEST_CASE("mpi_comm: barrier releases every CPU at the last arrival") {
+TEST_CASE("mpi_comm: barrier releases every CPU at the last arrival", "[timing]") {
   Fixture f;
   if (world_rank() == world_size() - 1) f.dev.host_work("busy", 1'000'000'000);
   f.world->barrier();
@@ -466,7 +466,7 @@ TEST_CASE("mpi_comm: barrier releases every CPU at the last arrival") {
   CHECK(now >= 1e9);
 }
 
-TEST_CASE("mpi_comm: trace args name the collective, its group and its kernel") {
+TEST_CASE("mpi_comm: trace args name the collective, its group and its kernel", "[timing]") {
   Fixture f;
   const int n = world_size(), rank = world_rank();
   Stream& s = f.dev.compute_stream();
@@ -519,7 +519,7 @@ TEST_CASE("mpi_comm: trace args name the collective, its group and its kernel") 
   CHECK(ranks == nlohmann::json(all_ranks()).dump());
 }
 
-TEST_CASE("mpi_comm: under --compute skip time passes and nothing moves") {
+TEST_CASE("mpi_comm: under --compute skip time passes and nothing moves", "[timing]") {
   Fixture f(false, ComputeMode::skip);
   const int n = world_size(), rank = world_rank();
   Stream& s = f.dev.compute_stream();
@@ -535,7 +535,7 @@ TEST_CASE("mpi_comm: under --compute skip time passes and nothing moves") {
   for (const auto& c : cs) CHECK(c.end_us > c.start_us);
 }
 
-TEST_CASE("mpi_comm: debug mode passes matching operations through") {
+TEST_CASE("mpi_comm: debug mode passes matching operations through", "[debug]") {
   Fixture f(true);
   const int n = world_size(), rank = world_rank();
   Stream& s = f.dev.compute_stream();
@@ -551,7 +551,7 @@ TEST_CASE("mpi_comm: debug mode passes matching operations through") {
   CHECK_NOTHROW(f.world->reduce_scatter(recv, buf, ReduceOp::sum, s));
 }
 
-TEST_CASE("mpi_comm: debug mode names the ranks that issued something else") {
+TEST_CASE("mpi_comm: debug mode names the ranks that issued something else", "[debug]") {
   const int n = world_size(), rank = world_rank();
   if (n < 2) return;  // nobody to disagree with
   Fixture f(true);
@@ -617,7 +617,7 @@ TEST_CASE("mpi_comm: debug mode names the ranks that issued something else") {
   }
 }
 
-TEST_CASE("mpi_comm: debug mode catches a sendrecv whose ends disagree on the count") {
+TEST_CASE("mpi_comm: debug mode catches a sendrecv whose ends disagree on the count", "[debug]") {
   const int rank = world_rank();
   if (world_size() < 2) return;
   Fixture f(true);

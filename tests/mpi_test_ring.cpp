@@ -1,0 +1,155 @@
+// Chapter 01's hand-written all-reduces (chapters/01_ring_allreduce/ring_allreduce.h) against a
+// plain reference at world sizes 1 to 8, and their timing on the simulated h100-8 at 8 ranks.
+#include <catch2/catch.hpp>
+
+#include <mpi.h>
+
+#include "01_ring_allreduce/ring_allreduce.h"
+#include "metrics.h"
+#include "mpi_comm.h"
+#include "sim_device.h"
+
+using namespace shardlab;
+
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+using AllReduce = void (*)(Comm&, const Tensor&, const Tensor&, Stream&);
+
+// Rank r contributes (r + 1) x (i % 7 + 1): the sum is exact in float whatever the order.
+void check_sum(Comm& comm, AllReduce algorithm, int64_t count) {
+  Device& dev = comm.device();
+  Stream& s = dev.compute_stream();
+  Tensor buf = dev.empty({count}, DType::f32, s, "buf");
+  Tensor scratch = dev.empty({count}, DType::f32, s, "scratch");
+  for (int64_t i = 0; i < count; ++i) buf.f32()[i] = static_cast<float>((comm.rank() + 1) * (i % 7 + 1));
+  algorithm(comm, buf, scratch, s);
+  dev.synchronize();
+  const int n = comm.size();
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < count; ++i)
+    wrong += buf.f32()[i] != static_cast<float>(n * (n + 1) / 2 * (i % 7 + 1));
+  INFO("world " << n << ", count " << count << ", rank " << comm.rank());
+  CHECK(wrong == 0);
+  CHECK(dev.race_reports().empty());
+  dev.free(scratch);
+  dev.free(buf);
+}
+
+std::vector<int64_t> counts_for(int n) { return {0, 1, n - 1, n + 1, 1000, (int64_t{1} << 20) + 3}; }
+
+}  // namespace
+
+TEST_CASE("ring: chunks cover any count exactly, uneven by at most one", "[ring]") {
+  for (int n = 1; n <= 9; ++n)
+    for (int64_t count : {0, 1, 2, 7, 8, 9, 1000, 1048579}) {
+      const ch01::Chunks c{count, n};
+      int64_t covered = 0;
+      for (int i = 0; i < n; ++i) {
+        CHECK(c.begin(i) == covered);
+        CHECK(c.size(i) >= count / n);
+        CHECK(c.size(i) <= count / n + 1);
+        covered += c.size(i);
+      }
+      CHECK(covered == count);
+    }
+}
+
+TEST_CASE("ring: the hand-written ring all-reduce equals the reference", "[ring]") {
+  SimDevice dev(load_profile("h100-8"), ComputeMode::real, world_rank(), world_size());
+  auto world = MpiComm::world(dev, true);  // debug mode: every rank's sends and receives must match
+  for (int64_t count : counts_for(world->size())) check_sum(*world, ch01::ring_allreduce, count);
+}
+
+TEST_CASE("ring: the naive all-reduce equals the reference", "[ring]") {
+  SimDevice dev(load_profile("h100-8"), ComputeMode::real, world_rank(), world_size());
+  auto world = MpiComm::world(dev, true);
+  for (int64_t count : counts_for(world->size())) check_sum(*world, ch01::naive_allreduce, count);
+}
+
+TEST_CASE("ring: both work on sub-communicators from split", "[ring]") {
+  SimDevice dev(load_profile("h100-8"), ComputeMode::real, world_rank(), world_size());
+  auto world = MpiComm::world(dev, false);
+  auto half = world->split(world->rank() % 2, world->rank());
+  for (int64_t count : {int64_t{1}, int64_t{13}, int64_t{4099}}) {
+    check_sum(*half, ch01::ring_allreduce, count);
+    check_sum(*half, ch01::naive_allreduce, count);
+  }
+}
+
+// Timing on the simulated h100-8 (NVLink, 370 GB/s bus bandwidth) at 8 ranks, 256 MiB.
+TEST_CASE("ring: 8 ranks, 256 MiB: 2(N-1) steps of count/N, bandwidth near the link's, naive linear in N", "[ring8]") {
+  REQUIRE(world_size() == 8);
+  const Profile profile = load_profile("h100-8");
+  SimDevice dev(profile, ComputeMode::skip, world_rank(), 8);
+  auto world = MpiComm::world(dev, false);
+  Stream& s = dev.compute_stream();
+  const int64_t count = (int64_t{256} << 20) / 4;
+  Tensor buf = dev.empty({count}, DType::f32, s, "buf");
+  Tensor scratch = dev.empty({count}, DType::f32, s, "scratch");
+
+  auto time_us = [&](Comm& comm, auto&& run) {
+    dev.synchronize();
+    comm.barrier();
+    const Event a = dev.record(s);
+    run();
+    const Event b = dev.record(s);
+    dev.synchronize(b);
+    return dev.elapsed_us(a, b);
+  };
+  const size_t before = dev.trace().timeline().collectives.size();
+  const double ring = time_us(*world, [&] { ch01::ring_allreduce(*world, buf, scratch, s); });
+  const double library = time_us(*world, [&] { world->all_reduce(buf, ReduceOp::sum, s); });
+
+  // The trace: 2(N-1) send/recv steps, each moving count/N elements.
+  const auto& colls = dev.trace().timeline().collectives;
+  int steps = 0;
+  for (size_t i = before; i < colls.size(); ++i)
+    if (colls[i].name == "sendrecv") {
+      ++steps;
+      CHECK(colls[i].in_nelems == count / 8);
+      CHECK(colls[i].out_nelems == count / 8);
+    }
+  CHECK(steps == 2 * 7);
+
+  const double bytes = static_cast<double>(count) * 4;
+  const double factor = 2.0 * 7 / 8;
+  const double ring_busbw = bytes / ring / 1e3 * factor, library_busbw = bytes / library / 1e3 * factor;
+  // The library (NCCL's model: one launch, reduction fused into the copy) is within 5% of the link.
+  CHECK(library_busbw == Approx(profile.intra.busbw_GBps).epsilon(0.05));
+  // The hand ring pays, on top of the same transfers, a launch latency per step and an unfused
+  // add per reduce-scatter step: exactly that much slower, which puts it at about 3/4 of the link.
+  const double transfer_us = 14 * static_cast<double>(p2p_ns(profile.intra, bytes / 8)) / 1e3;
+  const double add_us = 7 * static_cast<double>(kernel_ns(profile, bytes / 32, 12 * bytes / 32, DType::f32,
+                                                          KernelClass::elementwise)) / 1e3;
+  CHECK(ring == Approx(transfer_us + add_us).epsilon(0.01));
+  CHECK(ring_busbw > 0.75 * profile.intra.busbw_GBps);
+  CHECK(ring_busbw < library_busbw);
+
+  // The naive all-reduce funnels through rank 0: its time grows with N - 1.
+  std::vector<double> naive;
+  for (int n : {2, 4, 8}) {
+    auto group = world->split(world->rank() < n ? 0 : -1, world->rank());
+    double t = 0;
+    if (group) t = time_us(*group, [&] { ch01::naive_allreduce(*group, buf, scratch, s); });
+    world->barrier();
+    naive.push_back(t);
+  }
+  if (world->rank() == 0) {
+    CHECK(naive[1] / naive[0] == Approx(3.0).epsilon(0.05));  // (4-1) / (2-1)
+    CHECK(naive[2] / naive[0] == Approx(7.0).epsilon(0.05));  // (8-1) / (2-1)
+  }
+  dev.free(scratch);
+  dev.free(buf);
+}
