@@ -66,10 +66,20 @@ def load_run(path):
     return Run(path)
 
 
-def plot_timeline(run, rank, window, path=None, title=None, annotate=(), ax=None, label_min_us=None):
+def find_slice(run, rank, name, cat=None):
+    """The first complete event of this rank with this name (and category)."""
+    for e in run.events(rank):
+        if e.get("ph") == "X" and e["name"] == name and (cat is None or e.get("cat") == cat):
+            return e
+    raise KeyError(f"rank {rank}: no slice named {name!r}")
+
+
+def plot_timeline(run, rank, window, path=None, title=None, annotate=(), ax=None, label_min_us=None,
+                  device_only=False):
     """Draws one rank's lanes (CPU thread on top, then each stream) over window=(t0, t1) in us.
 
     annotate: names of CPU-lane slices to label above the lanes (for example the cases of a lesson).
+    device_only: leave out the CPU thread (for one row per rank in multi-rank pictures).
     """
     import matplotlib.pyplot as plt
 
@@ -77,6 +87,9 @@ def plot_timeline(run, rank, window, path=None, title=None, annotate=(), ax=None
     names = run.lane_names(rank)
     lanes = sorted({(e["pid"], e["tid"]) for e in run.events(rank) if e.get("ph") == "X"},
                    key=lambda pt: (pt[0] < 100000, pt[1]))  # the host (pid >= 100000) first
+    if device_only:
+        lanes = [l for l in lanes if l[0] < 100000 and any(
+            e.get("ph") == "X" and (e["pid"], e["tid"]) == l and window[0] <= e["ts"] <= window[1] for e in run.events(rank))]
     own_ax = ax is None
     if own_ax:
         fig, ax = plt.subplots(figsize=(12, 0.55 * len(lanes) + 1.4))

@@ -35,12 +35,20 @@ function(shardlab_chapter_tests name target)
 endfunction()
 
 shardlab_chapter_tests(ch00 shardlab_ch00 --steps 2)
+shardlab_chapter_tests(ch01 shardlab_ch01 --max-bytes 65536)
 add_test(NAME "ch00: --race reports the missing wait, naming both ops, streams and buffer"
          COMMAND ${EXPECT_EXIT} 0 "race on 'in\\[0\\]'.*polynomial on stream 7 \\(compute\\) reads it, but Memcpy HtoD \\(Pinned -> Device\\) on stream 8 \\(copy\\) wrote it"
                  -- ${MPIRUN} -np 1 $<TARGET_FILE:shardlab_ch00> --race --steps 2 --trace-dir ${RUNS} --run-name ch00_race)
-add_test(NAME "ch00: the README quotes the figures the default 4-rank run writes"
-         COMMAND sh -c "${MPIRUN_SH} -np 4 $<TARGET_FILE:shardlab_ch00> --trace-dir '${RUNS}' --run-name ch00_readme > /dev/null && ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_readme_figures.py ${PROJECT_SOURCE_DIR}/chapters/00_streams_events/README.md '${RUNS}/ch00_readme/summary.json'")
-set_tests_properties("ch00: the README quotes the figures the default 4-rank run writes" PROPERTIES TIMEOUT 300 PROCESSORS 4)
+# A chapter's README quotes the figures of its default 4-rank run and, in marked blocks, the
+# output of other commands: both are re-run and compared (tests/check_readme_figures.py).
+function(shardlab_readme_test name target dir)
+  set(check "${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_readme_figures.py")
+  add_test(NAME "${name}: the README quotes what the chapter prints"
+           COMMAND sh -c "${MPIRUN_SH} -np 4 $<TARGET_FILE:${target}> --trace-dir '${RUNS}' --run-name ${name}_readme > /dev/null && ${check} ${PROJECT_SOURCE_DIR}/chapters/${dir}/README.md '${RUNS}/${name}_readme/summary.json' --mpirun '${MPIRUN_SH}' --bin $<TARGET_FILE_DIR:${target}>")
+  set_tests_properties("${name}: the README quotes what the chapter prints" PROPERTIES TIMEOUT 300 PROCESSORS 4)
+endfunction()
+shardlab_readme_test(ch00 shardlab_ch00 00_streams_events)
+shardlab_readme_test(ch01 shardlab_ch01 01_ring_allreduce)
 
 add_executable(fail_one_rank fail_one_rank.cpp)
 target_link_libraries(fail_one_rank PRIVATE shardlab_common shardlab_warnings)
@@ -58,6 +66,7 @@ function(shardlab_reference_trace_test name target run ranks)
   set_tests_properties("${name}: the reference trace in traces/${run} is what the code writes" PROPERTIES TIMEOUT 300 PROCESSORS ${ranks})
 endfunction()
 shardlab_reference_trace_test(ch00 shardlab_ch00 00_streams_events 2)
+shardlab_reference_trace_test(ch01 shardlab_ch01 01_ring_allreduce 4 --min-bytes 1024 --max-bytes 4194304)
 
 # Notebooks are executed (Debian's jupyter-nbconvert). Each runs its chapter into the build tree.
 find_program(JUPYTER jupyter)
@@ -73,3 +82,4 @@ function(shardlab_notebook_test notebook)
   set_tests_properties("notebook: ${notebook} executes" PROPERTIES TIMEOUT 300 PROCESSORS 4)
 endfunction()
 shardlab_notebook_test(00_streams_events.ipynb)
+shardlab_notebook_test(01_ring_allreduce.ipynb)
