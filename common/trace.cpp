@@ -173,25 +173,25 @@ uint64_t TraceRecorder::runtime_call(std::string_view name, int64_t ts_ns, int64
   const int pid = host_pid(rank_);
   emit(complete(pid, kHostTid, "cuda_runtime", name, ts_ns, dur_ns,
                 TraceArgs().add("correlation", correlation).json()));
-  if (flow) {
-    std::string line = "{\"ph\": \"s\", \"id\": " + std::to_string(correlation) + ", \"pid\": ";
-    append_int(line, pid);
-    line += ", \"tid\": ";
-    append_int(line, kHostTid);
-    line += ", \"ts\": " + format_us(ts_ns) + ", \"cat\": \"ac2g\", \"name\": \"ac2g\"}";
-    emit(std::move(line));
-  }
+  if (flow) emit(flow_event('s', pid, kHostTid, correlation, ts_ns));
   return correlation;
 }
 
-void TraceRecorder::flow_end(int stream, uint64_t correlation, int64_t ts_ns) {
-  // "bp": "e" binds the end to the slice enclosing ts, so ts must be a slice's start.
-  std::string line = "{\"ph\": \"f\", \"id\": " + std::to_string(correlation) + ", \"pid\": ";
-  append_int(line, device_index_);
+std::string TraceRecorder::flow_event(char ph, int pid, int tid, uint64_t id, int64_t ts_ns) {
+  std::string line = "{\"ph\": \"";
+  line += ph;
+  line += "\", \"id\": " + std::to_string(id) + ", \"pid\": ";
+  append_int(line, pid);
   line += ", \"tid\": ";
-  append_int(line, stream);
-  line += ", \"ts\": " + format_us(ts_ns) + ", \"cat\": \"ac2g\", \"name\": \"ac2g\", \"bp\": \"e\"}";
-  emit(std::move(line));
+  append_int(line, tid);
+  line += ", \"ts\": " + format_us(ts_ns) + ", \"cat\": \"ac2g\", \"name\": \"ac2g\"";
+  // "bp": "e" binds the end to the slice enclosing ts, so ts must be a slice's start.
+  line += ph == 'f' ? ", \"bp\": \"e\"}" : "}";
+  return line;
+}
+
+void TraceRecorder::flow_end(int stream, uint64_t correlation, int64_t ts_ns) {
+  emit(flow_event('f', device_index_, stream, correlation, ts_ns));
 }
 
 TraceArgs TraceRecorder::device_args(int stream, uint64_t correlation) const {

@@ -114,6 +114,8 @@ class TraceRecorder {
   std::string complete(int pid, int tid, std::string_view cat, std::string_view name, int64_t ts, int64_t dur,
                        const std::string& args) const;
   void flow_end(int stream, uint64_t correlation, int64_t ts_ns);
+  // An ac2g flow event: 's' at a launch, 'f' at the kernel it launched.
+  static std::string flow_event(char ph, int pid, int tid, uint64_t id, int64_t ts_ns);
   void metadata(std::string_view what, int pid, int tid, const TraceArgs& args);
   TraceArgs device_args(int stream, uint64_t correlation) const;  // "device", "stream", "correlation"
   // One slice on a device lane: its event and its timeline entry.

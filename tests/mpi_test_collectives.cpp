@@ -18,24 +18,13 @@
 #include <nlohmann/json.hpp>
 
 #include "mpi_comm.h"
+#include "mpi_world.h"
 #include "sim_device.h"
 
 using namespace shardlab;
 using Catch::Matchers::Contains;
 
 namespace {
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int world_size() {
-  int n = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
 
 // A sim device for this rank and the world communicator over it.
 struct Fixture {

@@ -7,23 +7,12 @@
 #include "01_ring_allreduce/ring_allreduce.h"
 #include "metrics.h"
 #include "mpi_comm.h"
+#include "mpi_world.h"
 #include "sim_device.h"
 
 using namespace shardlab;
 
 namespace {
-
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
 
 using AllReduce = void (*)(Comm&, const Tensor&, const Tensor&, Stream&);
 
