@@ -53,6 +53,22 @@ void Device::host_free(Tensor& t) {
   t = Tensor{};
 }
 
+void copy_to_device(Device& dev, Stream& s, const Tensor& dst, const void* src) {
+  Tensor staging = dev.host_empty(dst.shape, dst.dtype, "staging");
+  if (staging.data) std::memcpy(staging.data, src, dst.bytes());
+  dev.memcpy(s, dst, staging);
+  dev.synchronize(s);
+  dev.host_free(staging);
+}
+
+void copy_to_host(Device& dev, Stream& s, void* dst, const Tensor& src) {
+  Tensor staging = dev.host_empty(src.shape, src.dtype, "staging");
+  dev.memcpy(s, staging, src);
+  dev.synchronize(s);
+  if (staging.data) std::memcpy(dst, staging.data, src.bytes());
+  dev.host_free(staging);
+}
+
 HostScope::HostScope(Device& d, std::string_view name) : device_(d), name_(name), start_ns_(d.now_ns()) {}
 
 HostScope::~HostScope() { device_.trace().cpu_op(name_, start_ns_, device_.now_ns() - start_ns_); }

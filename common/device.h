@@ -122,6 +122,11 @@ class Device {
   std::unordered_map<const void*, std::unique_ptr<std::byte[]>> host_memory_;  // pinned host blocks
 };
 
+// Host data to or from a device tensor through a pinned staging buffer (a memcpy on stream s,
+// then a stream synchronize). Under --compute skip only the time is charged.
+void copy_to_device(Device& dev, Stream& s, const Tensor& dst, const void* src);
+void copy_to_host(Device& dev, Stream& s, void* dst, const Tensor& src);
+
 // RAII: a cpu_op slice on the host lane from construction to destruction.
 class HostScope {
  public:

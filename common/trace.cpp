@@ -211,6 +211,7 @@ void TraceRecorder::kernel(int stream, std::string_view name, int64_t ts_ns, int
                            double flops, double bytes) {
   // HTA, and our metrics, tell communication kernels by their nccl prefix.
   const SliceKind kind = name.starts_with("nccl") ? SliceKind::comm : SliceKind::compute;
+  total_flops_ += flops;
   device_slice(stream, "kernel", name, ts_ns, dur_ns,
                device_args(stream, correlation).add("bytes", bytes).add("flops", flops), kind);
   if (correlation != 0) flow_end(stream, correlation, ts_ns);

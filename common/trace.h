@@ -104,6 +104,7 @@ class TraceRecorder {
 
   const RankTimeline& timeline() const { return timeline_; }
   size_t event_count() const { return events_.size(); }
+  double total_flops() const { return total_flops_; }  // what every kernel so far declared
 
   // Writes rank<R>.json. `other_data` and `device_properties` go into the header as given.
   void write(const std::string& path, std::string_view backend, int64_t base_time_ns,
@@ -127,6 +128,7 @@ class TraceRecorder {
   std::vector<std::string> meta_;    // M events
   std::vector<std::string> events_;  // everything else
   RankTimeline timeline_;
+  double total_flops_ = 0;
 };
 
 // "12.345" from 12345 ns: microseconds with exactly three decimals.

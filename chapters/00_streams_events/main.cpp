@@ -31,6 +31,7 @@
 #include "00_streams_events/polynomial.h"
 #include "job.h"
 #include "metrics.h"
+#include "rng.h"
 
 using namespace shardlab;
 
@@ -137,11 +138,8 @@ void check_outputs(const Device& dev, const HostData& h, const std::string& what
 // Inputs depend on the seed and the rank, so every rank moves different numbers.
 std::vector<float> make_inputs(int64_t n, int64_t seed, int rank) {
   std::vector<float> x(static_cast<size_t>(n));
-  uint64_t state = static_cast<uint64_t>(seed) * 6364136223846793005ULL + static_cast<uint64_t>(rank) + 1;
-  for (auto& v : x) {
-    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-    v = static_cast<float>(state >> 40) / static_cast<float>(1ULL << 24);  // [0, 1)
-  }
+  Rng rng(derive_seed(static_cast<uint64_t>(seed), static_cast<uint64_t>(rank)));
+  for (auto& v : x) v = static_cast<float>(rng.uniform());  // [0, 1)
   return x;
 }
 

@@ -1,0 +1,160 @@
+// The GPT of model.h: parameter counts, initialisation, FLOPs, memory accounting without
+// memory, the wiring of every unit's backward (a directional derivative), the reference
+// trainer reaching the data's loss floor, and the errors for bad shapes.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <numeric>
+
+#include "data.h"
+#include "model.h"
+#include "reference.h"
+#include "rng.h"
+#include "sim_device.h"
+
+using namespace shardlab;
+
+TEST_CASE("model: gpt2-small has GPT-2's 124,439,808 parameters (tied head), 7,087,872 per block", "[model]") {
+  const GPTConfig cfg = GPTConfig::preset("gpt2-small");
+  CHECK(gpt_num_params(cfg) == 124439808);
+  int64_t block = 0;
+  for (const auto& p : gpt_params(cfg))
+    if (p.unit == 1) block += p.shape.numel();
+  CHECK(block == 7087872);
+  const auto params = gpt_params(cfg);
+  CHECK(params.front().name == "wte.weight");
+  CHECK(params[2].name == "h.0.ln_1.weight");
+  CHECK(params.back().name == "ln_f.bias");
+  CHECK(params.size() == 2 + 12 * 12 + 2);
+}
+
+TEST_CASE("model: units partition the parameters; the presets and their errors", "[model]") {
+  SimDevice dev(load_profile("h100-8"), ComputeMode::skip, 0, 1);
+  GPT model(dev, GPTConfig::preset("tiny"), 2, 16);
+  CHECK(model.units() == 4);
+  std::vector<int> seen;
+  for (int u = 0; u < model.units(); ++u)
+    for (int i : model.params_of_unit(u)) seen.push_back(i);
+  std::sort(seen.begin(), seen.end());
+  std::vector<int> all(model.params().size());
+  std::iota(all.begin(), all.end(), 0);
+  CHECK(seen == all);
+  CHECK_THROWS_WITH(GPTConfig::preset("gpt5"), "--model gpt5: no such model; presets: tiny, gpt2-small, gpt2-medium, gpt-1b");
+  GPTConfig odd = GPTConfig::preset("tiny");
+  odd.heads = 3;
+  CHECK_THROWS_WITH(GPT(dev, odd, 2, 16), Catch::Contains("3 heads do not divide the width 32"));
+  CHECK_THROWS_WITH(GPT(dev, GPTConfig::preset("tiny"), 2, 65), Catch::Contains("sequence length 65 is outside 1..64"));
+  const MarkovChain chain(32, 4, 1);
+  CHECK_THROWS_WITH(Sampler(chain, 10, 16, 0, 4, 1), Catch::Contains("global batch 10 does not divide among 4 ranks"));
+}
+
+TEST_CASE("model: initial parameters depend on the seed only", "[model]") {
+  const GPTConfig cfg = GPTConfig::preset("tiny");
+  const auto a = gpt_init_all(cfg, 7), b = gpt_init_all(cfg, 7), c = gpt_init_all(cfg, 8);
+  CHECK(a == b);
+  CHECK(a != c);
+  CHECK(a.size() == static_cast<size_t>(gpt_num_params(cfg)));
+  // wte ~ N(0, 0.02): its sample standard deviation is close.
+  const int64_t n = cfg.vocab * cfg.channels;
+  double sq = 0;
+  for (int64_t i = 0; i < n; ++i) sq += a[static_cast<size_t>(i)] * a[static_cast<size_t>(i)];
+  CHECK(std::sqrt(sq / static_cast<double>(n)) == Approx(0.02).epsilon(0.1));
+}
+
+// gpt2-small, one step under --compute skip: every kernel's declared FLOPs add up to the
+// standard count, and the memory counters move although no real memory is used.
+TEST_CASE("model: gpt2-small FLOPs per step match 6 N D + attention; skip mode accounts memory it never allocates", "[model]") {
+  const GPTConfig cfg = GPTConfig::preset("gpt2-small");
+  SimDevice dev(load_profile("h100-8"), ComputeMode::skip, 0, 1);
+  Stream& s = dev.compute_stream();
+  const int64_t B = 4, T = 1024, n = gpt_num_params(cfg);
+  GPT model(dev, cfg, B, T);
+  Tensor params = dev.empty({n}, DType::f32, s, "params");
+  Tensor grads = dev.empty({n}, DType::f32, s, "grads");
+  std::vector<int> all(model.params().size());
+  std::iota(all.begin(), all.end(), 0);
+  bind_views(model.weights(), params, model.params(), all);
+  bind_views(model.grads(), grads, model.params(), all);
+  Tensor tokens = dev.empty({B, T}, DType::i32, s, "tokens"), targets = dev.empty({B, T}, DType::i32, s, "targets");
+  model.set_batch(tokens, targets, 1.0f / static_cast<float>(B * T));
+
+  const double before = dev.trace().total_flops();
+  for (int u = 0; u < model.units(); ++u) model.forward(u, s);
+  const size_t after_forward = dev.allocator().allocated();
+  for (int u = model.units() - 1; u >= 0; --u) model.backward(u, s);
+  const double flops = dev.trace().total_flops() - before;
+  CHECK(flops == Approx(gpt_step_flops(cfg, B * T, T)).epsilon(0.01));
+
+  // Activations: the logits alone are B x T x V floats; all of it accounted, none real.
+  CHECK(after_forward > static_cast<size_t>(2 * n * 4) + static_cast<size_t>(B * T * cfg.vocab * 4));
+  CHECK(params.data == nullptr);
+  CHECK(dev.allocator().peak_allocated() >= after_forward);
+  CHECK(std::isnan(model.mean_loss(s)));
+  for (Tensor* t : {&tokens, &targets, &grads, &params}) dev.free(*t);
+}
+
+// Backward against the forward: for a random direction d, (L(w + e d) - L(w - e d)) / 2e must
+// equal grad . d. One check through every unit, the residual stream and the tied head.
+TEST_CASE("model: the gradient of the tiny GPT matches a directional finite difference", "[model]") {
+  const GPTConfig cfg = GPTConfig::preset("tiny");
+  SimDevice dev(load_profile("h100-8"), ComputeMode::real, 0, 1);
+  Stream& s = dev.compute_stream();
+  const int64_t B = 2, T = 16, n = gpt_num_params(cfg);
+  GPT model(dev, cfg, B, T);
+  Tensor params = dev.empty({n}, DType::f32, s, "params"), grads = dev.empty({n}, DType::f32, s, "grads");
+  std::vector<int> all(model.params().size());
+  std::iota(all.begin(), all.end(), 0);
+  bind_views(model.weights(), params, model.params(), all);
+  bind_views(model.grads(), grads, model.params(), all);
+  const std::vector<float> w0 = gpt_init_all(cfg, 3);
+  const MarkovChain chain(static_cast<int>(cfg.vocab), 4, 3);
+  const Batch batch = Sampler(chain, B, T, 0, 1, 3).global(0);
+  Tensor tokens = dev.empty({B, T}, DType::i32, s, "tokens"), targets = dev.empty({B, T}, DType::i32, s, "targets");
+  copy_to_device(dev, s, tokens, batch.tokens.data());
+  copy_to_device(dev, s, targets, batch.targets.data());
+  model.set_batch(tokens, targets, 1.0f / static_cast<float>(B * T));
+
+  auto loss_at = [&](const std::vector<float>& w) {
+    copy_to_device(dev, s, params, w.data());
+    for (int u = 0; u < model.units(); ++u) model.forward(u, s);
+    const double loss = model.mean_loss(s);
+    for (int u = model.units() - 1; u >= 0; --u) model.backward(u, s);  // frees the activations
+    return loss;
+  };
+  ops::fill(dev, s, grads, 0.0f);
+  loss_at(w0);
+  std::vector<float> g(static_cast<size_t>(n));
+  copy_to_host(dev, s, g.data(), grads);
+
+  Rng rng(11);
+  std::vector<float> d(static_cast<size_t>(n));
+  for (auto& x : d) x = static_cast<float>(rng.normal());
+  double g_dot_d = 0;
+  for (size_t i = 0; i < d.size(); ++i) g_dot_d += static_cast<double>(g[i]) * d[i];
+  const float eps = 1e-3f;
+  std::vector<float> plus = w0, minus = w0;
+  for (size_t i = 0; i < d.size(); ++i) plus[i] += eps * d[i], minus[i] -= eps * d[i];
+  const double fd = (loss_at(plus) - loss_at(minus)) / (2.0 * eps);
+  CHECK(fd == Approx(g_dot_d).epsilon(2e-2));
+  CHECK(dev.race_reports().empty());
+  for (Tensor* t : {&tokens, &targets, &grads, &params}) dev.free(*t);
+  // Every activation was freed by the backward that used it; only the last losses stay (for
+  // mean_loss) until the next forward.
+  CHECK(dev.allocator().allocated() == CachingAllocator::round_size(B * T * 4));
+}
+
+TEST_CASE("model: the reference trainer is deterministic and the tiny GPT learns the chain to within 5% of its loss floor", "[model][train]") {
+  TrainSetup setup;
+  setup.steps = 3;
+  const ReferenceRun a = train_reference(setup), b = train_reference(setup);
+  CHECK(a.params == b.params);
+  CHECK(a.losses == b.losses);
+  CHECK(a.losses[0] == Approx(std::log(32.0)).epsilon(0.05));  // untrained: about uniform over 32 tokens
+
+  setup.steps = 600;
+  const ReferenceRun trained = train_reference(setup);
+  const double last = std::accumulate(trained.losses.end() - 10, trained.losses.end(), 0.0) / 10;
+  INFO("loss floor " << trained.loss_floor << ", mean loss of the last 10 steps " << last);
+  CHECK(last < 1.05 * trained.loss_floor);
+  CHECK(last > 0.9 * trained.loss_floor);  // nobody beats the entropy rate by much on 512 tokens
+}

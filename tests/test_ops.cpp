@@ -1,0 +1,493 @@
+// The device ops (ops.h) against double-precision references: forwards directly, backwards
+// against central finite differences of L = sum(out * R) for a fixed random R, on odd shapes.
+// Also: gradients accumulate, kernels declare the right FLOPs and bytes, shape errors name the
+// op, --compute skip runs every op, and no test sees a race.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <numbers>
+#include <random>
+#include <vector>
+
+#include "ops.h"
+#include "sim_device.h"
+
+using namespace shardlab;
+
+namespace {
+
+using Vec = std::vector<double>;
+
+std::mt19937& rng() {
+  static std::mt19937 r(1234);
+  return r;
+}
+
+int64_t pick(int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng()); }
+
+Vec random_vec(int64_t n, double scale = 1.0) {
+  std::uniform_real_distribution<double> u(-scale, scale);
+  Vec v(static_cast<size_t>(n));
+  for (double& x : v) x = static_cast<float>(u(rng()));  // representable in f32, so both sides see the same input
+  return v;
+}
+
+Tensor f32_tensor(Device& dev, Shape shape, const char* name) {
+  return dev.empty(shape, DType::f32, dev.compute_stream(), name);
+}
+
+void set(const Tensor& t, const Vec& v) {
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>(v[static_cast<size_t>(i)]);
+}
+
+Tensor tensor_of(Device& dev, Shape shape, const Vec& v, const char* name) {
+  Tensor t = f32_tensor(dev, shape, name);
+  set(t, v);
+  return t;
+}
+
+Tensor zeros(Device& dev, Shape shape, const char* name) {
+  return tensor_of(dev, shape, Vec(static_cast<size_t>(shape.numel())), name);
+}
+
+Tensor i32_tensor(Device& dev, Shape shape, const std::vector<int32_t>& v, const char* name) {
+  Tensor t = dev.empty(shape, DType::i32, dev.compute_stream(), name);
+  std::copy(v.begin(), v.end(), t.i32());
+  return t;
+}
+
+Vec values(const Tensor& t) { return Vec(t.f32(), t.f32() + t.numel()); }
+
+Vec scaled(Vec v, double f) {
+  for (double& x : v) x *= f;
+  return v;
+}
+
+// Every element of got within rel of want, relative to the element or, for elements near zero,
+// to a tenth of the largest one (cancellation leaves small results with absolute, not relative,
+// f32 error).
+void check_close(const Vec& got, const Vec& want, double rel, const char* what) {
+  REQUIRE(got.size() == want.size());
+  double scale = 0;
+  for (double w : want) scale = std::max(scale, std::abs(w));
+  size_t worst = 0;
+  double worst_excess = -1;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double excess = std::abs(got[i] - want[i]) / (rel * std::max(std::abs(want[i]), 0.1 * scale) + 1e-30);
+    if (excess > worst_excess) worst_excess = excess, worst = i;
+  }
+  INFO(what << "[" << worst << "]: got " << got[worst] << ", want " << want[worst] << " (tolerance " << rel << ")");
+  CHECK(worst_excess <= 1.0);
+}
+
+// d/dx of sum(f(x) * r) by central differences in double.
+Vec numerical_grad(const std::function<Vec(const Vec&)>& f, Vec x, const Vec& r) {
+  const double h = 1e-6;
+  auto loss = [&](const Vec& at) {
+    const Vec out = f(at);
+    double l = 0;
+    for (size_t i = 0; i < out.size(); ++i) l += out[i] * r[i];
+    return l;
+  };
+  Vec g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double x0 = x[i];
+    x[i] = x0 + h;
+    const double up = loss(x);
+    x[i] = x0 - h;
+    g[i] = (up - loss(x)) / (2 * h);
+    x[i] = x0;
+  }
+  return g;
+}
+
+// ---- double-precision references
+
+Vec layernorm_ref(const Vec& x, const Vec& w, const Vec& b, int64_t N, int64_t C) {
+  Vec out(x.size());
+  for (int64_t n = 0; n < N; ++n) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < C; ++i) mean += x[n * C + i] / static_cast<double>(C);
+    for (int64_t i = 0; i < C; ++i) var += (x[n * C + i] - mean) * (x[n * C + i] - mean) / static_cast<double>(C);
+    for (int64_t i = 0; i < C; ++i) out[n * C + i] = (x[n * C + i] - mean) / std::sqrt(var + 1e-5) * w[i] + b[i];
+  }
+  return out;
+}
+
+// out[N, OC] = x[N, C] @ w[OC, C]^T + b (b empty: no bias).
+Vec matmul_ref(const Vec& x, const Vec& w, const Vec& b, int64_t N, int64_t C, int64_t OC) {
+  Vec out(static_cast<size_t>(N * OC));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < OC; ++o) {
+      double sum = b.empty() ? 0.0 : b[o];
+      for (int64_t c = 0; c < C; ++c) sum += x[n * C + c] * w[o * C + c];
+      out[n * OC + o] = sum;
+    }
+  return out;
+}
+
+Vec gelu_ref(const Vec& x) {
+  Vec out(x.size());
+  for (size_t i = 0; i < x.size(); ++i)
+    out[i] = 0.5 * x[i] * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x[i] + 0.044715 * x[i] * x[i] * x[i])));
+  return out;
+}
+
+Vec crossentropy_ref(const Vec& logits, const std::vector<int32_t>& targets, int64_t N, int64_t V) {
+  Vec losses(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) {
+    double sum = 0;
+    for (int64_t i = 0; i < V; ++i) sum += std::exp(logits[n * V + i]);
+    losses[n] = std::log(sum) - logits[n * V + targets[n]];
+  }
+  return losses;
+}
+
+Vec embedding_ref(const std::vector<int32_t>& tokens, const Vec& wte, const Vec& wpe, int64_t B, int64_t T,
+                  int64_t C) {
+  Vec out(static_cast<size_t>(B * T * C));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < C; ++i) out[(b * T + t) * C + i] = wte[tokens[b * T + t] * C + i] + wpe[t * C + i];
+  return out;
+}
+
+std::vector<int32_t> random_ids(int64_t n, int64_t V) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int32_t& id : ids) id = static_cast<int32_t>(pick(0, V - 1));
+  return ids;
+}
+
+SimDevice real_device() { return SimDevice(load_profile("h100-8"), ComputeMode::real, 0, 1); }
+
+}  // namespace
+
+TEST_CASE("ops: copy and residual_forward", "[ops]") {
+  SimDevice dev = real_device();
+  Stream& s = dev.compute_stream();
+  const Vec a = random_vec(7), b = random_vec(7);
+  Tensor ta = tensor_of(dev, {7}, a, "a"), tb = tensor_of(dev, {7}, b, "b"), out = zeros(dev, {7}, "out");
+  ops::copy(dev, s, out, ta);
+  CHECK(values(out) == a);
+  ops::residual_forward(dev, s, out, ta, tb);
+  Vec sum(7);
+  for (size_t i = 0; i < 7; ++i) sum[i] = static_cast<float>(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+  CHECK(values(out) == sum);
+  Tensor ids = i32_tensor(dev, {3}, {4, -1, 7}, "ids"), ids2 = i32_tensor(dev, {3}, {0, 0, 0}, "ids2");
+  ops::copy(dev, s, ids2, ids);
+  CHECK(std::vector<int32_t>(ids2.i32(), ids2.i32() + 3) == std::vector<int32_t>{4, -1, 7});
+  CHECK(dev.race_reports().empty());
+}
+
+TEST_CASE("ops: embedding forward matches a double reference, backward matches finite differences", "[ops]") {
+  SimDevice dev = real_device();
+  Stream& s = dev.compute_stream();
+  for (int trial = 0; trial < 3; ++trial) {
+    const int64_t B = pick(1, 3), T = pick(3, 7), C = pick(5, 13), V = 11, maxT = T + 2;
+    std::vector<int32_t> ids = random_ids(B * T, V);
+    ids[1] = ids[0];  // a repeated token: its dwte row gets both positions' gradients
+    const Vec wte = random_vec(V * C), wpe = random_vec(maxT * C), r = random_vec(B * T * C);
+    Tensor tokens = i32_tensor(dev, {B, T}, ids, "tokens");
+    Tensor twte = tensor_of(dev, {V, C}, wte, "wte"), twpe = tensor_of(dev, {maxT, C}, wpe, "wpe");
+    Tensor out = zeros(dev, {B, T, C}, "out");
+    ops::embedding_forward(dev, s, out, tokens, twte, twpe);
+    check_close(values(out), embedding_ref(ids, wte, wpe, B, T, C), 1e-6, "embedding out");
+
+    Tensor dout = tensor_of(dev, {B, T, C}, r, "dout");
+    Tensor dwte = zeros(dev, {V, C}, "dwte"), dwpe = zeros(dev, {maxT, C}, "dwpe");
+    ops::embedding_backward(dev, s, dwte, dwpe, dout, tokens);
+    const Vec want_wte = numerical_grad([&](const Vec& x) { return embedding_ref(ids, x, wpe, B, T, C); }, wte, r);
+    const Vec want_wpe = numerical_grad([&](const Vec& x) { return embedding_ref(ids, wte, x, B, T, C); }, wpe, r);
+    check_close(values(dwte), want_wte, 1e-3, "dwte");
+    check_close(values(dwpe), want_wpe, 1e-3, "dwpe");
+    ops::embedding_backward(dev, s, dwte, dwpe, dout, tokens);
+    check_close(values(dwte), scaled(want_wte, 2), 1e-3, "dwte after two calls");
+    check_close(values(dwpe), scaled(want_wpe, 2), 1e-3, "dwpe after two calls");
+  }
+  CHECK(dev.race_reports().empty());
+}
+
+TEST_CASE("ops: layernorm forward matches a double reference, backward matches finite differences", "[ops]") {
+  SimDevice dev = real_device();
+  Stream& s = dev.compute_stream();
+  for (int trial = 0; trial < 3; ++trial) {
+    const int64_t N = pick(3, 7), C = pick(5, 13);
+    const Vec x = random_vec(N * C, 2.0), w = random_vec(C), b = random_vec(C), r = random_vec(N * C);
+    Tensor inp = tensor_of(dev, {N, C}, x, "inp"), tw = tensor_of(dev, {C}, w, "w"), tb = tensor_of(dev, {C}, b, "b");
+    Tensor out = zeros(dev, {N, C}, "out"), mean = zeros(dev, {N}, "mean"), rstd = zeros(dev, {N}, "rstd");
+    ops::layernorm_forward(dev, s, out, mean, rstd, inp, tw, tb);
+    check_close(values(out), layernorm_ref(x, w, b, N, C), 1e-5, "layernorm out");
+
+    Tensor dout = tensor_of(dev, {N, C}, r, "dout");
+    Tensor dinp = zeros(dev, {N, C}, "dinp"), dw = zeros(dev, {C}, "dw"), db = zeros(dev, {C}, "db");
+    ops::layernorm_backward(dev, s, dinp, dw, db, dout, inp, tw, mean, rstd);
+    const Vec want_x = numerical_grad([&](const Vec& v) { return layernorm_ref(v, w, b, N, C); }, x, r);
+    const Vec want_w = numerical_grad([&](const Vec& v) { return layernorm_ref(x, v, b, N, C); }, w, r);
+    const Vec want_b = numerical_grad([&](const Vec& v) { return layernorm_ref(x, w, v, N, C); }, b, r);
+    check_close(values(dinp), want_x, 1e-3, "layernorm dinp");
+    check_close(values(dw), want_w, 1e-3, "layernorm dweight");
+    check_close(values(db), want_b, 1e-3, "layernorm dbias");
+    ops::layernorm_backward(dev, s, dinp, dw, db, dout, inp, tw, mean, rstd);
+    check_close(values(dinp), scaled(want_x, 2), 1e-3, "layernorm dinp after two calls");
+    check_close(values(dw), scaled(want_w, 2), 1e-3, "layernorm dweight after two calls");
+    check_close(values(db), scaled(want_b, 2), 1e-3, "layernorm dbias after two calls");
+  }
+  CHECK(dev.race_reports().empty());
+}
+
+TEST_CASE("ops: matmul forward and backward, with and without bias, against finite differences", "[ops]") {
+  SimDevice dev = real_device();
+  Stream& s = dev.compute_stream();
+  for (const bool with_bias : {true, false}) {
+    for (int trial = 0; trial < 3; ++trial) {
+      const int64_t B = pick(1, 2), T = pick(3, 7), N = B * T, C = pick(5, 13), OC = pick(5, 13);
+      const Vec x = random_vec(N * C), w = random_vec(OC * C), r = random_vec(N * OC);
+      const Vec b = with_bias ? random_vec(OC) : Vec{};
+      INFO("N " << N << ", C " << C << ", OC " << OC << (with_bias ? ", bias" : ", no bias"));
+      Tensor inp = tensor_of(dev, {B, T, C}, x, "inp"), tw = tensor_of(dev, {OC, C}, w, "w");
+      Tensor tb = with_bias ? tensor_of(dev, {OC}, b, "b") : Tensor{};
+      Tensor out = tensor_of(dev, {B, T, OC}, random_vec(N * OC), "out");  // overwritten, not accumulated
+      ops::matmul_forward(dev, s, out, inp, tw, tb);
+      check_close(values(out), matmul_ref(x, w, b, N, C, OC), 1e-5, "matmul out");
+
+      Tensor dout = tensor_of(dev, {B, T, OC}, r, "dout");
+      Tensor dinp = zeros(dev, {B, T, C}, "dinp"), dw = zeros(dev, {OC, C}, "dw");
+      Tensor db = with_bias ? zeros(dev, {OC}, "db") : Tensor{};
+      ops::matmul_backward(dev, s, dinp, dw, db, dout, inp, tw);
+      const Vec want_x = numerical_grad([&](const Vec& v) { return matmul_ref(v, w, b, N, C, OC); }, x, r);
+      const Vec want_w = numerical_grad([&](const Vec& v) { return matmul_ref(x, v, b, N, C, OC); }, w, r);
+      check_close(values(dinp), want_x, 1e-3, "matmul dinp");
+      check_close(values(dw), want_w, 1e-3, "matmul dweight");
+      Vec want_b;
+      if (with_bias) {
+        want_b = numerical_grad([&](const Vec& v) { return matmul_ref(x, w, v, N, C, OC); }, b, r);
+        check_close(values(db), want_b, 1e-3, "matmul dbias");
+      }
+      ops::matmul_backward(dev, s, dinp, dw, db, dout, inp, tw);
+      check_close(values(dinp), scaled(want_x, 2), 1e-3, "matmul dinp after two calls");
+      check_close(values(dw), scaled(want_w, 2), 1e-3, "matmul dweight after two calls");
+      if (with_bias) check_close(values(db), scaled(want_b, 2), 1e-3, "matmul dbias after two calls");
+    }
+  }
+  CHECK(dev.race_reports().empty());
+}
+
+// Shapes that cross every cache block of the gemm (256 deep, 64 rows, 512 columns) and end in
+// partial register blocks; the backward is checked against its closed form in double.
+TEST_CASE("ops: matmul at shapes past the cache blocks matches the double closed form", "[ops]") {
+  SimDevice dev = real_device();
+  Stream& s = dev.compute_stream();
+  struct Dims {
+    int64_t N, C, OC;
+  };
+  for (const Dims d : {Dims{67, 261, 530}, Dims{130, 515, 9}, Dims{1, 1, 1}, Dims{5, 3, 1027}}) {
+    const int64_t N = d.N, C = d.C, OC = d.OC;
+    INFO("N " << N << ", C " << C << ", OC " << OC);
+    const Vec x = random_vec(N * C), w = random_vec(OC * C), b = random_vec(OC), g = random_vec(N * OC);
+    Tensor inp = tensor_of(dev, {N, C}, x, "inp"), tw = tensor_of(dev, {OC, C}, w, "w");
+    Tensor tb = tensor_of(dev, {OC}, b, "b");
+    Tensor out = zeros(dev, {N, OC}, "out");
+    ops::matmul_forward(dev, s, out, inp, tw, tb);
+    check_close(values(out), matmul_ref(x, w, b, N, C, OC), 1e-5, "matmul out");
+
+    Tensor dout = tensor_of(dev, {N, OC}, g, "dout");
+    Tensor dinp = zeros(dev, {N, C}, "dinp"), dw = zeros(dev, {OC, C}, "dw"), db = zeros(dev, {OC}, "db");
+    ops::matmul_backward(dev, s, dinp, dw, db, dout, inp, tw);
+    Vec want_x(static_cast<size_t>(N * C)), want_w(static_cast<size_t>(OC * C)), want_b(static_cast<size_t>(OC));
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t o = 0; o < OC; ++o) {
+        want_b[o] += g[n * OC + o];
+        for (int64_t c = 0; c < C; ++c) {
+          want_x[n * C + c] += g[n * OC + o] * w[o * C + c];
+          want_w[o * C + c] += g[n * OC + o] * x[n * C + c];
+        }
+      }
+    check_close(values(dinp), want_x, 1e-5, "matmul dinp");
+    check_close(values(dw), want_w, 1e-5, "matmul dweight");
+    check_close(values(db), want_b, 1e-5, "matmul dbias");
+  }
+  CHECK(dev.race_reports().empty());
+}
+
+TEST_CASE("ops: gelu forward matches a double reference, backward matches finite differences", "[ops]") {
+  SimDevice dev = real_device();
+  Stream& s = dev.compute_stream();
+  for (int trial = 0; trial < 3; ++trial) {
+    const int64_t N = pick(3, 7), C = pick(5, 13);
+    const Vec x = random_vec(N * C, 4.0), r = random_vec(N * C);
+    Tensor inp = tensor_of(dev, {N, C}, x, "inp"), out = zeros(dev, {N, C}, "out");
+    ops::gelu_forward(dev, s, out, inp);
+    check_close(values(out), gelu_ref(x), 1e-5, "gelu out");
+
+    Tensor dout = tensor_of(dev, {N, C}, r, "dout"), dinp = zeros(dev, {N, C}, "dinp");
+    ops::gelu_backward(dev, s, dinp, inp, dout);
+    const Vec want = numerical_grad(gelu_ref, x, r);
+    check_close(values(dinp), want, 1e-3, "gelu dinp");
+    ops::gelu_backward(dev, s, dinp, inp, dout);
+    check_close(values(dinp), scaled(want, 2), 1e-3, "gelu dinp after two calls");
+  }
+  CHECK(dev.race_reports().empty());
+}
+
+TEST_CASE("ops: crossentropy forward matches a double reference, backward matches finite differences", "[ops]") {
+  SimDevice dev = real_device();
+  Stream& s = dev.compute_stream();
+  for (int trial = 0; trial < 3; ++trial) {
+    const int64_t B = pick(1, 3), T = pick(3, 7), N = B * T, V = 11;
+    const float dloss = 1.0f / static_cast<float>(N);
+    const Vec x = random_vec(N * V, 3.0);
+    const std::vector<int32_t> ids = random_ids(N, V);
+    Tensor logits = tensor_of(dev, {B, T, V}, x, "logits"), targets = i32_tensor(dev, {B, T}, ids, "targets");
+    Tensor losses = zeros(dev, {B, T}, "losses");
+    ops::crossentropy_forward(dev, s, losses, logits, targets);
+    check_close(values(losses), crossentropy_ref(x, ids, N, V), 1e-5, "losses");
+
+    // dloss is the same for every position, so L = dloss * sum(losses).
+    Tensor dlogits = tensor_of(dev, {B, T, V}, random_vec(N * V), "dlogits");  // written, not accumulated
+    ops::crossentropy_backward(dev, s, dlogits, logits, targets, dloss);
+    const Vec want = numerical_grad([&](const Vec& v) { return crossentropy_ref(v, ids, N, V); }, x,
+                                    Vec(static_cast<size_t>(N), static_cast<double>(dloss)));
+    check_close(values(dlogits), want, 1e-3, "dlogits");
+    ops::crossentropy_backward(dev, s, dlogits, logits, targets, dloss);
+    check_close(values(dlogits), want, 1e-3, "dlogits after two calls");
+  }
+  CHECK(dev.race_reports().empty());
+}
+
+TEST_CASE("ops: crossentropy of uniform logits is log V, and huge logits stay finite", "[ops]") {
+  SimDevice dev = real_device();
+  Stream& s = dev.compute_stream();
+  const int64_t V = 11;
+  Tensor logits = tensor_of(dev, {2, V}, Vec(2 * V, 3.5), "logits"), targets = i32_tensor(dev, {2}, {0, 10}, "targets");
+  Tensor losses = zeros(dev, {2}, "losses");
+  ops::crossentropy_forward(dev, s, losses, logits, targets);
+  CHECK(losses.f32()[0] == Approx(std::log(11.0)).epsilon(1e-6));
+  CHECK(losses.f32()[1] == Approx(std::log(11.0)).epsilon(1e-6));
+
+  Vec big(2 * V, 0.0);
+  big[0] = 1000;   // row 0: its target holds all the mass, loss 0
+  big[V + 3] = 1000;  // row 1: target 10 is 1000 below the max, loss 1000
+  set(logits, big);
+  ops::crossentropy_forward(dev, s, losses, logits, targets);
+  CHECK(losses.f32()[0] == Approx(0.0).margin(1e-6));
+  CHECK(losses.f32()[1] == Approx(1000.0).epsilon(1e-6));
+  Tensor dlogits = zeros(dev, {2, V}, "dlogits");
+  ops::crossentropy_backward(dev, s, dlogits, logits, targets, 1.0f);
+  CHECK(std::all_of(dlogits.f32(), dlogits.f32() + 2 * V, [](float v) { return std::isfinite(v); }));
+  CHECK(dlogits.f32()[V + 3] == Approx(1.0));
+  CHECK(dlogits.f32()[V + 10] == Approx(-1.0));
+  CHECK(dev.race_reports().empty());
+}
+
+// Two steps worked by hand with lr 0.1, betas (0.9, 0.95), weight decay 0.1 (eps negligible):
+//   p = 1, g = 0.5 then -0.25:
+//     step 1: m = 0.05, v = 0.0125, mhat = 0.05 / 0.1 = 0.5, vhat = 0.0125 / 0.05 = 0.25,
+//             p = 1 * (1 - 0.01) - 0.1 * 0.5 / 0.5 = 0.89
+//     step 2: m = 0.045 - 0.025 = 0.02, v = 0.011875 + 0.003125 = 0.015,
+//             mhat = 0.02 / 0.19, vhat = 0.015 / 0.0975, mhat / sqrt(vhat) = 0.2683708...,
+//             p = 0.89 * 0.99 - 0.02683708 = 0.85426292
+//   p = -2, g = -0.5 then 0.25 (every moment negated): p = -1.98 + 0.1 = -1.88, then
+//             p = -1.88 * 0.99 + 0.02683708 = -1.83436292
+TEST_CASE("ops: adamw matches a hand-computed two-step example", "[ops]") {
+  SimDevice dev = real_device();
+  Stream& s = dev.compute_stream();
+  Tensor p = tensor_of(dev, {2}, {1.0, -2.0}, "p"), g = tensor_of(dev, {2}, {0.5, -0.5}, "g");
+  Tensor m = zeros(dev, {2}, "m"), v = zeros(dev, {2}, "v");
+  const ops::AdamW hp{0.1f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  ops::adamw(dev, s, p, g, m, v, 1, hp);
+  CHECK(p.f32()[0] == Approx(0.89).epsilon(1e-6));
+  CHECK(p.f32()[1] == Approx(-1.88).epsilon(1e-6));
+  CHECK(m.f32()[0] == Approx(0.05).epsilon(1e-6));
+  CHECK(v.f32()[0] == Approx(0.0125).epsilon(1e-6));
+  set(g, {-0.25, 0.25});
+  ops::adamw(dev, s, p, g, m, v, 2, hp);
+  CHECK(p.f32()[0] == Approx(0.85426292).epsilon(1e-6));
+  CHECK(p.f32()[1] == Approx(-1.83436292).epsilon(1e-6));
+  CHECK(dev.race_reports().empty());
+}
+
+TEST_CASE("ops: shape and dtype errors throw naming the op and the shapes", "[ops]") {
+  SimDevice dev = real_device();
+  Stream& s = dev.compute_stream();
+  Tensor a = f32_tensor(dev, {4, 8}, "a"), w = f32_tensor(dev, {6, 8}, "w"), wrong = f32_tensor(dev, {6, 7}, "wrong");
+  Tensor out = f32_tensor(dev, {4, 6}, "out"), v = f32_tensor(dev, {8}, "v"), n = f32_tensor(dev, {4}, "n");
+  Tensor ids = i32_tensor(dev, {4}, {0, 1, 2, 3}, "ids");
+  using Catch::Contains;
+  CHECK_THROWS_WITH(ops::matmul_forward(dev, s, out, a, wrong, Tensor{}),
+                    Contains("matmul_forward") && Contains("[6, 7]"));
+  CHECK_THROWS_WITH(ops::matmul_forward(dev, s, a, a, w, Tensor{}), Contains("matmul_forward") && Contains("[4, 6]"));
+  CHECK_THROWS_WITH(ops::matmul_forward(dev, s, out, a, w, v), Contains("matmul_forward") && Contains("bias"));
+  CHECK_THROWS_WITH(ops::matmul_backward(dev, s, a, wrong, Tensor{}, out, a, w), Contains("matmul_backward"));
+  CHECK_THROWS_WITH(ops::layernorm_forward(dev, s, a, n, n, a, n, v), Contains("layernorm_forward"));
+  CHECK_THROWS_WITH(ops::layernorm_backward(dev, s, out, v, v, a, a, v, n, n), Contains("layernorm_backward"));
+  CHECK_THROWS_WITH(ops::gelu_forward(dev, s, out, a), Contains("gelu_forward") && Contains("[4, 8]"));
+  CHECK_THROWS_WITH(ops::gelu_backward(dev, s, a, a, out), Contains("gelu_backward"));
+  CHECK_THROWS_WITH(ops::crossentropy_forward(dev, s, n, a, n), Contains("crossentropy_forward") && Contains("i32"));
+  CHECK_THROWS_WITH(ops::crossentropy_backward(dev, s, out, a, ids, 1.0f), Contains("crossentropy_backward"));
+  CHECK_THROWS_WITH(ops::embedding_forward(dev, s, a, ids, w, w), Contains("embedding_forward"));
+  CHECK_THROWS_WITH(ops::embedding_backward(dev, s, w, w, a, ids), Contains("embedding_backward"));
+  CHECK_THROWS_WITH(ops::residual_forward(dev, s, out, a, a), Contains("residual_forward"));
+  CHECK_THROWS_WITH(ops::copy(dev, s, out, a), Contains("copy"));
+  CHECK_THROWS_WITH(ops::adamw(dev, s, a, out, a, a, 1, {}), Contains("adamw"));
+  CHECK_THROWS_WITH(ops::adamw(dev, s, a, a, a, a, 0, {}), Contains("adamw"));
+  // A target outside the vocabulary is found when the kernel runs.
+  Tensor bad = i32_tensor(dev, {4}, {0, 1, 8, 3}, "bad");
+  CHECK_THROWS_WITH(ops::crossentropy_forward(dev, s, n, a, bad), Contains("crossentropy_forward") && Contains("8"));
+}
+
+// With round numbers in the profile a kernel's duration is its FLOP count (1 FLOP per us) or its
+// byte count (1 byte per us), so the trace shows what each op declares. Under --compute skip no
+// tensor has memory, so this also checks that no op touches data outside its kernel body.
+TEST_CASE("ops: under --compute skip every op runs and declares its FLOPs and bytes", "[ops]") {
+  auto device = [](bool count_flops) {
+    Profile p = load_profile("h100-8");
+    p.kernel_overhead_us = 0;
+    p.matmul_efficiency = p.elementwise_efficiency = 1;
+    p.peak_tflops_f32 = count_flops ? 1e-6 : 1e9;
+    p.hbm_GBps = count_flops ? 1e12 : 1e-3;
+    return SimDevice(p, ComputeMode::skip, 0, 1);
+  };
+  const int64_t B = 2, T = 3, N = B * T, C = 5, OC = 7, V = 11;
+  for (const bool count_flops : {true, false}) {
+    SimDevice dev = device(count_flops);
+    Stream& s = dev.compute_stream();
+    auto f32 = [&](Shape shape) { return dev.empty(shape, DType::f32, s, "t"); };
+    auto i32 = [&](Shape shape) { return dev.empty(shape, DType::i32, s, "ids"); };
+    Tensor x = f32({B, T, C}), y = f32({B, T, C}), w = f32({OC, C}), bias = f32({OC}), out = f32({B, T, OC});
+    Tensor cw = f32({C}), cb = f32({C}), stat = f32({B, T}), logits = f32({B, T, V}), tokens = i32({B, T});
+    Tensor wte = f32({V, C}), wpe = f32({T, C});
+    REQUIRE(x.data == nullptr);
+    // The duration (us) of the last kernel on the compute stream.
+    auto last = [&] {
+      const auto& slices = dev.trace().timeline().slices;
+      REQUIRE(!slices.empty());
+      return slices.back().end_us - slices.back().start_us;
+    };
+    const double f = 4.0;  // bytes per element
+    ops::copy(dev, s, y, x);
+    if (!count_flops) CHECK(last() == Approx(2 * f * N * C));
+    ops::residual_forward(dev, s, y, x, x);
+    CHECK(last() == Approx(count_flops ? N * C : 3 * f * N * C));
+    ops::embedding_forward(dev, s, x, tokens, wte, wpe);
+    ops::embedding_backward(dev, s, wte, wpe, x, tokens);
+    ops::layernorm_forward(dev, s, y, stat, stat, x, cw, cb);
+    ops::layernorm_backward(dev, s, x, cw, cb, y, x, cw, stat, stat);
+    ops::matmul_forward(dev, s, out, x, w, bias);
+    CHECK(last() == Approx(count_flops ? 2.0 * N * C * OC : f * (N * C + OC * C + OC + N * OC)));
+    ops::matmul_forward(dev, s, out, x, w, Tensor{});
+    CHECK(last() == Approx(count_flops ? 2.0 * N * C * OC : f * (N * C + OC * C + N * OC)));
+    const size_t before = dev.trace().timeline().slices.size();
+    ops::matmul_backward(dev, s, x, w, bias, out, y, w);
+    CHECK(dev.trace().timeline().slices.size() == before + 2);  // dinp and dweight, two kernels
+    CHECK(last() == Approx(count_flops ? 2.0 * N * C * OC + N * OC : f * (N * OC + N * C + 2 * OC * C + 2 * OC)));
+    ops::gelu_forward(dev, s, y, x);
+    ops::gelu_backward(dev, s, x, y, y);
+    ops::crossentropy_forward(dev, s, stat, logits, tokens);
+    ops::crossentropy_backward(dev, s, logits, logits, tokens, 1.0f);
+    ops::adamw(dev, s, w, w, w, w, 1, {});
+    CHECK(last() == Approx(count_flops ? 15.0 * OC * C : 7 * f * OC * C));
+    CHECK(dev.race_reports().empty());
+  }
+}
