@@ -1,0 +1,44 @@
+// train_flags.h: the flags every training chapter (02 onwards) adds to the shared ones.
+//
+//   --model NAME        tiny | gpt2-small | gpt2-medium | gpt-1b
+//   --global-batch N    sequences per step over all ranks (must divide by the world size)
+//   --seq-len T         tokens per sequence (at most the model's context)
+//   --lr X              AdamW learning rate
+// The seed and the number of steps are the shared --seed and --steps.
+#pragma once
+
+#include <string>
+
+#include "flags.h"
+#include "model.h"
+#include "reference.h"
+
+namespace shardlab {
+
+struct TrainFlags {
+  std::string model = "tiny";
+  int64_t global_batch = 8;
+  int64_t seq_len = 64;
+  double lr = 3e-3;
+};
+
+inline void add_train_flags(Flags& f, TrainFlags& t) {
+  f.add_choice("model", &t.model, GPTConfig::presets(), "the GPT to train");
+  f.add_int("global-batch", &t.global_batch, 1, 1 << 20, "sequences per step over all ranks (a multiple of the ranks)");
+  f.add_int("seq-len", &t.seq_len, 1, 1 << 20, "tokens per sequence (at most the model's context)");
+  f.add_double("lr", &t.lr, 0.0, 1.0, "AdamW learning rate");
+}
+
+// The run those flags describe, as the single-rank reference trainer takes it.
+inline TrainSetup train_setup(const TrainFlags& t, int64_t steps, int64_t seed) {
+  TrainSetup s;
+  s.model = t.model;
+  s.global_batch = t.global_batch;
+  s.T = t.seq_len;
+  s.steps = steps;
+  s.seed = static_cast<uint64_t>(seed);
+  s.adamw.lr = static_cast<float>(t.lr);
+  return s;
+}
+
+}  // namespace shardlab
