@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -60,9 +61,10 @@ json to_json(const CollectiveMetrics& c) {
           {"busbw_GBps", c.busbw_GBps}};
 }
 
+// Three decimals, or three significant digits for tiny values (errors, tolerances).
 std::string format_figure(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.3f", v);
+  std::snprintf(buf, sizeof buf, v != 0 && std::abs(v) < 0.01 ? "%.3e" : "%.3f", v);
   return buf;
 }
 
@@ -114,15 +116,24 @@ Job::Step::~Step() {
   d.synchronize();
   const int64_t end = d.now_ns();
   d.trace().step(static_cast<int>(n_), start_ns_, end - start_ns_);
-  if (job_.is_root() && progress_) {
-    char line[256];
-    std::snprintf(line, sizeof line, "step %lld/%lld | %.3f us (%s) | peak allocated %s, reserved %s",
-                  static_cast<long long>(n_ + 1), static_cast<long long>(total_),
-                  static_cast<double>(end - start_ns_) / 1000.0, d.simulated() ? "simulated" : "measured",
-                  human_bytes(static_cast<double>(d.allocator().peak_allocated())).c_str(),
-                  human_bytes(static_cast<double>(d.allocator().peak_reserved())).c_str());
-    std::cout << line << std::endl;
+  if (!job_.is_root() || !progress_) return;
+  const double us = static_cast<double>(end - start_ns_) / 1000.0;
+  std::string line = "step " + std::to_string(n_ + 1) + "/" + std::to_string(total_);
+  char buf[160];
+  if (has_loss_ && std::isnan(loss_)) line += " | loss n/a (compute skip)";
+  else if (has_loss_) std::snprintf(buf, sizeof buf, " | loss %.4f", loss_), line += buf;
+  std::snprintf(buf, sizeof buf, " | %.3f ms (%s)", us / 1000.0, d.simulated() ? "simulated" : "measured");
+  line += buf;
+  if (tokens_ > 0) std::snprintf(buf, sizeof buf, " | %.0f tokens/s", static_cast<double>(tokens_) / us * 1e6), line += buf;
+  if (job_.world_size() > 1) {
+    const RangeMetrics m = range_metrics(d.trace().timeline(), static_cast<double>(start_ns_) / 1e3,
+                                         static_cast<double>(end) / 1e3);
+    std::snprintf(buf, sizeof buf, " | exposed comm %.3f ms", m.exposed_comm_us / 1000.0);
+    line += buf;
   }
+  line += " | peak allocated " + human_bytes(static_cast<double>(d.allocator().peak_allocated())) + ", reserved " +
+          human_bytes(static_cast<double>(d.allocator().peak_reserved()));
+  std::cout << line << std::endl;
 }
 
 void Job::finish() {

@@ -73,11 +73,19 @@ class Job {
     Step(const Step&) = delete;
     Step& operator=(const Step&) = delete;
 
+    // Training chapters add the step's loss and token count to its progress line, which then
+    // also shows tokens/s and the step's exposed communication (from the metrics library).
+    void set_loss(double loss) { loss_ = loss, has_loss_ = true; }
+    void set_tokens(int64_t tokens) { tokens_ = tokens; }
+
    private:
     Job& job_;
     int64_t n_, total_;
     bool progress_;
     int64_t start_ns_;
+    double loss_ = 0;
+    bool has_loss_ = false;
+    int64_t tokens_ = 0;
   };
 
   // A figure the chapter reports: printed by rank 0 and stored in summary.json under

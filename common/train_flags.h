@@ -17,7 +17,7 @@ namespace shardlab {
 
 struct TrainFlags {
   std::string model = "tiny";
-  int64_t global_batch = 8;
+  int64_t global_batch = 12;  // divides among 1, 2, 3, 4 and 6 ranks
   int64_t seq_len = 64;
   double lr = 3e-3;
 };

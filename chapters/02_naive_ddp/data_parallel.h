@@ -1,0 +1,207 @@
+// data_parallel.h: what every data-parallel chapter shares.
+//
+// Data parallelism keeps a whole replica of the model on every rank and gives each rank its
+// share of the global batch. The replicas must start equal (rank 0's parameters are broadcast)
+// and stay equal (every rank applies the same averaged gradient), and the result must be what
+// one rank would get training on the whole global batch. This header holds that plumbing; each
+// chapter's main.cpp holds its own training step, which is the lesson.
+//
+// Memory layout: parameters, gradients and the two AdamW moments each live in one flat buffer,
+// the parameters laid out in an order the chapter chooses (chapter 02: the model's order;
+// chapter 03: bucket order, so each bucket is one slice of the flat gradient). Every
+// parameter and gradient of the model is a view into those buffers, so AdamW is one kernel over
+// all of them.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "data.h"
+#include "job.h"
+#include "metrics.h"
+#include "model.h"
+#include "ops.h"
+#include "reference.h"
+
+namespace ch02 {
+
+using namespace shardlab;
+
+class Replica {
+ public:
+  // `layout`: the parameter indices in the order the flat buffers hold them.
+  Replica(Job& job, const TrainSetup& setup, int64_t grad_accum, std::vector<int> layout)
+      : job_(job),
+        setup_(setup),
+        cfg_(GPTConfig::preset(setup.model)),
+        grad_accum_(grad_accum),
+        rows_(micro_rows(setup, job.world_size(), grad_accum)),
+        layout_(std::move(layout)),
+        model_(job.device(), cfg_, rows_, setup.T),
+        chain_(static_cast<int>(cfg_.vocab), setup.fanout, setup.seed),
+        sampler_(chain_, setup.global_batch, setup.T, job.rank(), job.world_size(), setup.seed) {
+    Device& dev = job.device();
+    Stream& s = dev.compute_stream();
+    const int64_t n = gpt_num_params(cfg_);
+    params_ = dev.empty({n}, DType::f32, s, "params");
+    grads_ = dev.empty({n}, DType::f32, s, "grads");
+    m_ = dev.empty({n}, DType::f32, s, "adam.m");
+    v_ = dev.empty({n}, DType::f32, s, "adam.v");
+    bind_views(model_.weights(), params_, model_.params(), layout_);
+    bind_views(model_.grads(), grads_, model_.params(), layout_);
+    ops::fill(dev, s, m_, 0.0f);
+    ops::fill(dev, s, v_, 0.0f);
+    tokens_ = dev.empty({rows_, setup.T}, DType::i32, s, "tokens");
+    targets_ = dev.empty({rows_, setup.T}, DType::i32, s, "targets");
+    // Rank 0 initialises from the seed; the others start from something else on purpose, so
+    // the broadcast that follows visibly matters.
+    const uint64_t seed = job.rank() == 0 ? setup.seed : setup.seed + 1000 + static_cast<uint64_t>(job.rank());
+    if (dev.computes()) {
+      const std::vector<float> natural = gpt_init_all(cfg_, seed);
+      copy_to_device(dev, s, params_, in_layout(natural).data());
+    }
+  }
+
+  ~Replica() {
+    for (Tensor* t : {&targets_, &tokens_, &v_, &m_, &grads_, &params_}) job_.device().free(*t);
+  }
+
+  GPT& model() { return model_; }
+  const TrainSetup& setup() const { return setup_; }
+  const MarkovChain& chain() const { return chain_; }
+  const std::vector<int>& layout() const { return layout_; }
+  const Tensor& params() const { return params_; }
+  const Tensor& grads() const { return grads_; }
+  int64_t grad_accum() const { return grad_accum_; }
+  int64_t tokens_per_step() const { return setup_.global_batch * setup_.T; }
+
+  // Micro-batch `micro` of this rank's share of step `step`'s global batch, on the device. Each
+  // position's loss gradient is 1 / (this rank's tokens per step), so summing K micro-batches
+  // gives this rank's mean, and averaging over ranks the global mean.
+  void load_micro_batch(int64_t step, int64_t micro) {
+    Device& dev = job_.device();
+    Stream& s = dev.compute_stream();
+    const Batch share = sampler_.batch(step);
+    const int64_t offset = micro * rows_ * setup_.T;
+    copy_to_device(dev, s, tokens_, share.tokens.data() + offset);
+    copy_to_device(dev, s, targets_, share.targets.data() + offset);
+    model_.set_batch(tokens_, targets_, 1.0f / static_cast<float>(share.rows * setup_.T));
+  }
+
+  void zero_grad() { ops::fill(job_.device(), job_.device().compute_stream(), grads_, 0.0f); }
+
+  void optimizer_step(int64_t step) {
+    ops::adamw(job_.device(), job_.device().compute_stream(), params_, grads_, m_, v_, step + 1, setup_.adamw);
+  }
+
+  // Every parameter, back in the model's order, on the host.
+  std::vector<float> gather_params() {
+    std::vector<float> laid_out(static_cast<size_t>(params_.numel()));
+    copy_to_host(job_.device(), job_.device().compute_stream(), laid_out.data(), params_);
+    std::vector<float> natural(laid_out.size());
+    const std::vector<int64_t> at = natural_offsets();
+    int64_t offset = 0;
+    for (int i : layout_) {
+      const int64_t n = model_.params()[static_cast<size_t>(i)].shape.numel();
+      std::copy_n(laid_out.begin() + offset, n, natural.begin() + at[static_cast<size_t>(i)]);
+      offset += n;
+    }
+    return natural;
+  }
+
+ private:
+  static int64_t micro_rows(const TrainSetup& setup, int world, int64_t accum) {
+    if (setup.global_batch % (world * accum) != 0)
+      throw std::invalid_argument("global batch " + std::to_string(setup.global_batch) + " does not divide into " +
+                                  std::to_string(world) + " ranks x " + std::to_string(accum) +
+                                  " micro-batches; choose a multiple of " + std::to_string(world * accum));
+    return setup.global_batch / (world * accum);
+  }
+
+  // Where each parameter starts in the model's natural order.
+  std::vector<int64_t> natural_offsets() const {
+    std::vector<int64_t> at(model_.params().size());
+    int64_t offset = 0;
+    for (size_t i = 0; i < at.size(); ++i) at[i] = offset, offset += model_.params()[i].shape.numel();
+    return at;
+  }
+
+  // A buffer in the model's order, rearranged into this replica's layout.
+  std::vector<float> in_layout(const std::vector<float>& natural) const {
+    std::vector<float> out;
+    out.reserve(natural.size());
+    const std::vector<int64_t> at = natural_offsets();
+    for (int i : layout_) {
+      const auto begin = natural.begin() + at[static_cast<size_t>(i)];
+      out.insert(out.end(), begin, begin + model_.params()[static_cast<size_t>(i)].shape.numel());
+    }
+    return out;
+  }
+
+  Job& job_;
+  TrainSetup setup_;
+  GPTConfig cfg_;
+  int64_t grad_accum_, rows_;
+  std::vector<int> layout_;
+  GPT model_;
+  MarkovChain chain_;
+  Sampler sampler_;
+  Tensor params_, grads_, m_, v_, tokens_, targets_;
+};
+
+// The model's own parameter order: 0, 1, 2, ...
+inline std::vector<int> natural_layout(const GPTConfig& cfg) {
+  std::vector<int> order(gpt_params(cfg).size());
+  std::iota(order.begin(), order.end(), 0);
+  return order;
+}
+
+// Replicas start equal: rank 0's parameters go to everyone (DDP does this in its constructor).
+// Then every rank checks it holds exactly rank 0's values; returns the largest difference.
+inline double broadcast_parameters(Job& job, Replica& r) {
+  Device& dev = job.device();
+  Stream& s = dev.compute_stream();
+  job.world().broadcast(r.params(), 0, s);
+  dev.synchronize();  // DDP's constructor returns only once the broadcast is done
+  if (!dev.computes()) return 0;
+  // Check: everyone receives rank 0's copy again and compares with its own.
+  Tensor mine = dev.empty(r.params().shape, DType::f32, s, "params.check");
+  ops::copy(dev, s, mine, r.params());
+  job.world().broadcast(mine, 0, s);
+  std::vector<float> a(static_cast<size_t>(mine.numel())), b(a.size());
+  copy_to_host(dev, s, a.data(), mine);
+  copy_to_host(dev, s, b.data(), r.params());
+  dev.free(mine);
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, static_cast<double>(std::abs(a[i] - b[i])));
+  if (worst != 0) throw std::runtime_error("replicas differ after the broadcast by up to " + std::to_string(worst));
+  return worst;
+}
+
+// The numerics check: every rank's parameters after training against one rank training on the
+// whole global batch. Returns ||p - p_ref|| / ||p_ref|| (norm-wise relative error).
+inline double relative_error_vs_reference(Replica& r) {
+  const std::vector<float> mine = r.gather_params();
+  TrainSetup single = r.setup();
+  const ReferenceRun ref = train_reference(single);
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const double d = static_cast<double>(mine[i]) - ref.params[i];
+    diff += d * d;
+    norm += static_cast<double>(ref.params[i]) * ref.params[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+// How many all-reduces the trace shows in step `step` (the lesson's claim, checked).
+inline int allreduces_in_step(Device& dev, int64_t step) {
+  int n = 0;
+  for (const auto& c : collective_metrics(dev.trace().timeline())) n += c.step == step && c.name == "allreduce";
+  return n;
+}
+
+}  // namespace ch02

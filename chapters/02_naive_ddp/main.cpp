@@ -1,0 +1,97 @@
+// Chapter 02: naive data parallelism.
+//
+//   cmake --preset default && cmake --build --preset default
+//   mpirun -np 4 build/chapters/shardlab_ch02                  # tiny GPT: trains, checks against one rank
+//   mpirun -np 8 build/chapters/shardlab_ch02 --model gpt2-small --global-batch 8 --seq-len 1024 --compute skip
+//                                                              # the timeline of a real-sized model
+//
+// Every rank holds a whole replica of the model and trains on its share of the global batch.
+// After backward every rank has a different gradient (it saw different data); averaging them
+// across ranks gives exactly the gradient of the whole global batch, so every replica takes the
+// same optimizer step and the replicas stay equal. The naive way: once backward is done, one
+// all-reduce per parameter tensor. Nothing overlaps; that is chapter 03's job.
+//
+// With --grad-accum K each rank runs K micro-batches per step and reduces only after the last:
+// the gradients of the first K-1 just add up locally (what DDP's no_sync() is for).
+
+#include <string>
+
+#include "02_naive_ddp/data_parallel.h"
+#include "train_flags.h"
+
+using namespace shardlab;
+
+namespace {
+
+TrainFlags train;
+int64_t grad_accum = 1;
+
+void add_flags(Flags& f) {
+  add_train_flags(f, train);
+  f.add_int("grad-accum", &grad_accum, 1, 1024, "micro-batches per step; only the last one synchronizes (no_sync)");
+}
+
+void lesson(Job& job) {
+  Device& dev = job.device();
+  job.set_strategy("naive DDP");
+  Stream& compute = dev.compute_stream();
+  // Collectives get their own stream, as NCCL's do in PyTorch.
+  Stream& comm = dev.create_stream("comm");
+
+  const TrainSetup setup = train_setup(train, job.steps(), job.flags().seed);
+  ch02::Replica replica(job, setup, grad_accum, ch02::natural_layout(GPTConfig::preset(setup.model)));
+  GPT& model = replica.model();
+  job.say("model " + setup.model + ": " + std::to_string(gpt_num_params(model.config())) + " parameters in " +
+          std::to_string(model.params().size()) + " tensors; global batch " + std::to_string(setup.global_batch) +
+          " x " + std::to_string(setup.T) + " tokens, " + std::to_string(grad_accum) + " micro-batch(es) per step");
+  if (dev.computes())
+    job.say("loss floor (the data's entropy rate): " + std::to_string(replica.chain().entropy_rate()) + " nats");
+
+  // 1. The replicas start equal.
+  ch02::broadcast_parameters(job, replica);
+  job.say("replicas agree after broadcasting rank 0's parameters\n");
+
+  for (int64_t step = 0; step < job.steps(); ++step) {
+    Job::Step s(job, step);
+    replica.zero_grad();
+
+    // 2. Forward and backward on this rank's share, micro-batch by micro-batch. Gradients
+    //    accumulate in place; nothing is communicated yet (no_sync for the first K-1).
+    for (int64_t micro = 0; micro < grad_accum; ++micro) {
+      replica.load_micro_batch(step, micro);
+      for (int u = 0; u < model.units(); ++u) model.forward(u, compute);
+      for (int u = model.units() - 1; u >= 0; --u) model.backward(u, compute);
+    }
+
+    // 3. Average the gradients: one all-reduce per parameter tensor, after the whole backward.
+    //    The comm stream waits for backward to finish; the optimizer waits for the comm stream.
+    {
+      HostScope scope(dev, "all-reduce gradients");
+      dev.wait(comm, dev.record(compute));
+      for (const Tensor& g : model.grads()) job.world().all_reduce(g, ReduceOp::avg, comm);
+      dev.wait(compute, dev.record(comm));
+    }
+
+    // 4. The same step on every replica.
+    replica.optimizer_step(step);
+    s.set_loss(model.mean_loss(compute));
+    s.set_tokens(replica.tokens_per_step());
+  }
+
+  // 5. The proof: the parameters equal one rank training on the whole global batch.
+  if (dev.computes()) {
+    const double err = ch02::relative_error_vs_reference(replica);
+    job.figure("relative_error_vs_single_rank", err, "", "||params - single-rank params|| / ||single-rank params||");
+    if (err > 1e-5) throw std::runtime_error("parameters differ from single-rank training: relative error " + std::to_string(err));
+  }
+  const int allreduces = ch02::allreduces_in_step(dev, job.steps() - 1);
+  job.figure("allreduces_per_step", allreduces, "", "from the trace: one per parameter tensor");
+  if (allreduces != static_cast<int>(model.params().size()))
+    throw std::logic_error("expected one all-reduce per parameter tensor, the trace shows " + std::to_string(allreduces));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_chapter(argc, argv, {"02_naive_ddp", "Naive data parallelism", 5}, add_flags, lesson);
+}
