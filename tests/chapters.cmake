@@ -36,6 +36,26 @@ endfunction()
 
 shardlab_chapter_tests(ch00 shardlab_ch00 --steps 2)
 shardlab_chapter_tests(ch01 shardlab_ch01 --max-bytes 65536)
+# Chapters 02 and 03 check themselves against single-rank training on the global batch (the run
+# fails when the relative error exceeds 1e-5) and count their all-reduces in the trace.
+shardlab_chapter_tests(ch02 shardlab_ch02)
+shardlab_chapter_tests(ch03 shardlab_ch03 --bucket-cap-mb 0.01 --first-bucket-mb 0.002)
+foreach(t "ch02;shardlab_ch02;4;--grad-accum 3" "ch03;shardlab_ch03;3;--grad-accum 2 --bucket-cap-mb 0.01 --first-bucket-mb 0.002")
+  list(GET t 0 name)
+  list(GET t 1 target)
+  list(GET t 2 np)
+  list(GET t 3 args)
+  separate_arguments(arg_list UNIX_COMMAND "${args}")
+  # The chapter exits non-zero when its parameters differ from single-rank training.
+  add_test(NAME "${name}: ${args} on ${np} ranks equals one big batch on one rank"
+           COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:${target}> ${arg_list} --trace-dir ${RUNS} --run-name ${name}_accum)
+  set_tests_properties("${name}: ${args} on ${np} ranks equals one big batch on one rank" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
+endforeach()
+# The point of chapter 03, on gpt2-small over 8 simulated H100s: less than half of chapter 02's
+# exposed communication, and a shorter step.
+add_test(NAME "ch03: on gpt2-small, h100-8, 8 ranks, bucketing halves exposed communication and shortens the step"
+         COMMAND sh -c "for ch in 02 03; do ${MPIRUN_SH} -np 8 $<TARGET_FILE_DIR:shardlab_ch02>/shardlab_ch$ch --model gpt2-small --global-batch 8 --seq-len 1024 --compute skip --steps 2 --trace-dir '${RUNS}' --run-name overlap_ch$ch > /dev/null || exit 1; done; ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_overlap.py '${RUNS}/overlap_ch02/summary.json' '${RUNS}/overlap_ch03/summary.json'")
+set_tests_properties("ch03: on gpt2-small, h100-8, 8 ranks, bucketing halves exposed communication and shortens the step" PROPERTIES TIMEOUT 300 PROCESSORS 2)
 add_test(NAME "ch00: --race reports the missing wait, naming both ops, streams and buffer"
          COMMAND ${EXPECT_EXIT} 0 "race on 'in\\[0\\]'.*polynomial on stream 7 \\(compute\\) reads it, but Memcpy HtoD \\(Pinned -> Device\\) on stream 8 \\(copy\\) wrote it"
                  -- ${MPIRUN} -np 1 $<TARGET_FILE:shardlab_ch00> --race --steps 2 --trace-dir ${RUNS} --run-name ch00_race)
