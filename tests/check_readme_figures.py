@@ -22,12 +22,14 @@ import tempfile
 def check_figures(text, figures, problems):
     checked = 0
     for line in text.splitlines():
-        m = re.match(r"\|\s*`?([a-z0-9_]+)`?\s*\|\s*(-?[0-9]+(?:\.[0-9]+)?)\s*\|", line)
+        m = re.match(r"\|\s*`?([a-z0-9_]+)`?\s*\|\s*(-?[0-9]+(?:\.[0-9]+)?(?:e[-+][0-9]+)?)\s*\|", line)
         if not m or m.group(1) not in figures:
             continue
         key, quoted = m.group(1), m.group(2)
-        decimals = len(quoted.split(".")[1]) if "." in quoted else 0
-        actual = f"{figures[key]['value']:.{decimals}f}"
+        mantissa = quoted.split("e")[0]
+        decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+        style = "e" if "e" in quoted else "f"  # as the README writes it: 5.593e-07 or 164.740
+        actual = f"{figures[key]['value']:.{decimals}{style}}"
         checked += 1
         if actual != quoted:
             problems.append(f"figure {key}: README says {quoted}, the run gives {actual}")
