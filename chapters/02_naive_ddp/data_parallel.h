@@ -204,4 +204,30 @@ inline int allreduces_in_step(Device& dev, int64_t step) {
   return n;
 }
 
+// Before training: the loss floor, then replicas made equal.
+inline void start_training(Job& job, Replica& r) {
+  if (job.device().computes())
+    job.say("loss floor (the data's entropy rate): " + std::to_string(r.chain().entropy_rate()) + " nats");
+  broadcast_parameters(job, r);
+  job.say("replicas agree after broadcasting rank 0's parameters\n");
+}
+
+// After training, the chapter's two claims checked: the parameters equal single-rank training
+// on the global batch (with real math), and the last step issued `expected` all-reduces (one
+// per `what`). Either failing ends the run with an error.
+inline void check_training(Job& job, Replica& r, int expected, const std::string& what) {
+  Device& dev = job.device();
+  if (dev.computes()) {
+    const double err = relative_error_vs_reference(r);
+    job.figure("relative_error_vs_single_rank", err, "", "||params - single-rank params|| / ||single-rank params||");
+    if (err > 1e-5)
+      throw std::runtime_error("parameters differ from single-rank training: relative error " + std::to_string(err));
+  }
+  const int allreduces = allreduces_in_step(dev, job.steps() - 1);
+  job.figure("allreduces_per_step", allreduces, "", "from the trace: one per " + what);
+  if (allreduces != expected)
+    throw std::logic_error("expected one all-reduce per " + what + " (" + std::to_string(expected) +
+                           "), the trace shows " + std::to_string(allreduces));
+}
+
 }  // namespace ch02

@@ -44,12 +44,9 @@ void lesson(Job& job) {
   job.say("model " + setup.model + ": " + std::to_string(gpt_num_params(model.config())) + " parameters in " +
           std::to_string(model.params().size()) + " tensors; global batch " + std::to_string(setup.global_batch) +
           " x " + std::to_string(setup.T) + " tokens, " + std::to_string(grad_accum) + " micro-batch(es) per step");
-  if (dev.computes())
-    job.say("loss floor (the data's entropy rate): " + std::to_string(replica.chain().entropy_rate()) + " nats");
 
-  // 1. The replicas start equal.
-  ch02::broadcast_parameters(job, replica);
-  job.say("replicas agree after broadcasting rank 0's parameters\n");
+  // 1. The replicas start equal: rank 0's parameters are broadcast to every rank.
+  ch02::start_training(job, replica);
 
   for (int64_t step = 0; step < job.steps(); ++step) {
     Job::Step s(job, step);
@@ -78,16 +75,9 @@ void lesson(Job& job) {
     s.set_tokens(replica.tokens_per_step());
   }
 
-  // 5. The proof: the parameters equal one rank training on the whole global batch.
-  if (dev.computes()) {
-    const double err = ch02::relative_error_vs_reference(replica);
-    job.figure("relative_error_vs_single_rank", err, "", "||params - single-rank params|| / ||single-rank params||");
-    if (err > 1e-5) throw std::runtime_error("parameters differ from single-rank training: relative error " + std::to_string(err));
-  }
-  const int allreduces = ch02::allreduces_in_step(dev, job.steps() - 1);
-  job.figure("allreduces_per_step", allreduces, "", "from the trace: one per parameter tensor");
-  if (allreduces != static_cast<int>(model.params().size()))
-    throw std::logic_error("expected one all-reduce per parameter tensor, the trace shows " + std::to_string(allreduces));
+  // 5. The proof: the parameters equal one rank training on the whole global batch, and the
+  //    trace shows one all-reduce per parameter tensor.
+  ch02::check_training(job, replica, static_cast<int>(model.params().size()), "parameter tensor");
 }
 
 }  // namespace

@@ -52,10 +52,7 @@ void lesson(Job& job) {
           std::to_string(model.params().size()) + " tensors, " + std::to_string(reducer.buckets()) +
           " buckets (the first holds " + human_bytes(static_cast<double>(reducer.bucket_bytes(0))) + "; cap " +
           human_bytes(bucket_cap_mb * (1 << 20)) + ")");
-  if (dev.computes())
-    job.say("loss floor (the data's entropy rate): " + std::to_string(replica.chain().entropy_rate()) + " nats");
-  ch02::broadcast_parameters(job, replica);
-  job.say("replicas agree after broadcasting rank 0's parameters\n");
+  ch02::start_training(job, replica);
 
   for (int64_t step = 0; step < job.steps(); ++step) {
     Job::Step s(job, step);
@@ -79,15 +76,7 @@ void lesson(Job& job) {
     s.set_tokens(replica.tokens_per_step());
   }
 
-  if (dev.computes()) {
-    const double err = ch02::relative_error_vs_reference(replica);
-    job.figure("relative_error_vs_single_rank", err, "", "||params - single-rank params|| / ||single-rank params||");
-    if (err > 1e-5) throw std::runtime_error("parameters differ from single-rank training: relative error " + std::to_string(err));
-  }
-  const int allreduces = ch02::allreduces_in_step(dev, job.steps() - 1);
-  job.figure("allreduces_per_step", allreduces, "", "from the trace: one per bucket");
-  if (allreduces != static_cast<int>(reducer.buckets()))
-    throw std::logic_error("expected one all-reduce per bucket, the trace shows " + std::to_string(allreduces));
+  ch02::check_training(job, replica, static_cast<int>(reducer.buckets()), "bucket");
 }
 
 }  // namespace
