@@ -103,7 +103,7 @@ function(shardlab_notebook_test notebook)
                    SHARDLAB_FIGURES=${CMAKE_BINARY_DIR}/test-figures
                    ${JUPYTER} nbconvert --to notebook --execute ${PROJECT_SOURCE_DIR}/notebooks/${notebook}
                    --output-dir ${CMAKE_BINARY_DIR}/test-notebooks)
-  set_tests_properties("notebook: ${notebook} executes" PROPERTIES TIMEOUT 300 PROCESSORS 4)
+  set_tests_properties("notebook: ${notebook} executes" PROPERTIES TIMEOUT 900 PROCESSORS 4)
 endfunction()
 shardlab_notebook_test(00_streams_events.ipynb)
 shardlab_notebook_test(01_ring_allreduce.ipynb)
