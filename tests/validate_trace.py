@@ -8,7 +8,8 @@ the header fields are present; every complete event has ts and dur with three de
 complete events on each lane nest strictly; every ac2g flow has its start and its end and ids
 are unique across the job; GPU events carry device, stream and correlation; no args key is
 named "rank"; there are at least two ProfilerStep#N annotations and memory counters.
-summary.json must list every rank. Exits 1 with one line per problem.
+summary.json must list every rank, and no rank may report a race (the race check's findings).
+Exits 1 with one line per problem.
 """
 import json
 import os
@@ -105,6 +106,9 @@ def main():
     summary = json.load(open(os.path.join(run, "summary.json")))
     if [x["rank"] for x in summary["ranks"]] != ranks:
         problems.append(f"{run}/summary.json: ranks {[x['rank'] for x in summary['ranks']]}, expected {ranks}")
+    for x in summary["ranks"]:
+        for race in x.get("races", []):
+            problems.append(f"{run}: rank {x['rank']} race: {race}")
     for p in problems:
         print("trace check:", p)
     print(f"{run}: {len(ranks)} rank file(s), {len(problems)} problem(s)")
