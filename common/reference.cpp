@@ -1,6 +1,9 @@
 #include "reference.h"
 
+#include <cmath>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 
 #include "data.h"
 #include "model.h"
@@ -49,6 +52,19 @@ ReferenceRun train_reference(const TrainSetup& setup) {
   copy_to_host(dev, s, run.params.data(), params);
   for (Tensor* t : {&tokens, &targets, &v, &m, &grads, &params}) dev.free(*t);
   return run;
+}
+
+double relative_error(const std::vector<float>& params, const std::vector<float>& reference) {
+  if (params.size() != reference.size())
+    throw std::invalid_argument("relative_error: " + std::to_string(params.size()) + " parameters against " +
+                                std::to_string(reference.size()));
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const double d = static_cast<double>(params[i]) - reference[i];
+    diff += d * d;
+    norm += static_cast<double>(reference[i]) * reference[i];
+  }
+  return std::sqrt(diff / norm);
 }
 
 }  // namespace shardlab

@@ -31,4 +31,9 @@ struct ReferenceRun {
 
 ReferenceRun train_reference(const TrainSetup& setup);
 
+// ||params - reference|| / ||reference||: the norm-wise relative error chapters report. (Float
+// sums in another order differ in the last bits, and AdamW's division by tiny second moments
+// amplifies that for near-zero gradients: an element-wise bound would be meaningless.)
+double relative_error(const std::vector<float>& params, const std::vector<float>& reference);
+
 }  // namespace shardlab

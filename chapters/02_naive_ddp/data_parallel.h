@@ -31,6 +31,58 @@ namespace ch02 {
 
 using namespace shardlab;
 
+// This rank's share of each step's global batch, micro-batch by micro-batch, on the device.
+class BatchShare {
+ public:
+  BatchShare(Job& job, const TrainSetup& setup, int64_t grad_accum)
+      : job_(job),
+        setup_(setup),
+        rows_(micro_rows(setup, job.world_size(), grad_accum)),
+        chain_(static_cast<int>(GPTConfig::preset(setup.model).vocab), setup.fanout, setup.seed),
+        sampler_(chain_, setup.global_batch, setup.T, job.rank(), job.world_size(), setup.seed) {
+    Stream& s = job.device().compute_stream();
+    tokens_ = job.device().empty({rows_, setup.T}, DType::i32, s, "tokens");
+    targets_ = job.device().empty({rows_, setup.T}, DType::i32, s, "targets");
+  }
+  ~BatchShare() {
+    job_.device().free(targets_);
+    job_.device().free(tokens_);
+  }
+
+  int64_t rows() const { return rows_; }  // per micro-batch
+  const MarkovChain& chain() const { return chain_; }
+  int64_t tokens_per_step() const { return setup_.global_batch * setup_.T; }
+
+  // Micro-batch `micro` of this rank's share of step `step`, bound to the model. Each
+  // position's loss gradient is 1 / (this rank's tokens per step), so summing K micro-batches
+  // gives this rank's mean, and averaging over ranks the global mean.
+  void load(GPT& model, int64_t step, int64_t micro) {
+    Device& dev = job_.device();
+    Stream& s = dev.compute_stream();
+    const Batch share = sampler_.batch(step);
+    const int64_t offset = micro * rows_ * setup_.T;
+    copy_to_device(dev, s, tokens_, share.tokens.data() + offset);
+    copy_to_device(dev, s, targets_, share.targets.data() + offset);
+    model.set_batch(tokens_, targets_, 1.0f / static_cast<float>(share.rows * setup_.T));
+  }
+
+ private:
+  static int64_t micro_rows(const TrainSetup& setup, int world, int64_t accum) {
+    if (setup.global_batch % (world * accum) != 0)
+      throw std::invalid_argument("global batch " + std::to_string(setup.global_batch) + " does not divide into " +
+                                  std::to_string(world) + " ranks x " + std::to_string(accum) +
+                                  " micro-batches; choose a multiple of " + std::to_string(world * accum));
+    return setup.global_batch / (world * accum);
+  }
+
+  Job& job_;
+  TrainSetup setup_;
+  int64_t rows_;
+  MarkovChain chain_;
+  Sampler sampler_;
+  Tensor tokens_, targets_;
+};
+
 class Replica {
  public:
   // `layout`: the parameter indices in the order the flat buffers hold them.
@@ -39,11 +91,9 @@ class Replica {
         setup_(setup),
         cfg_(GPTConfig::preset(setup.model)),
         grad_accum_(grad_accum),
-        rows_(micro_rows(setup, job.world_size(), grad_accum)),
+        batch_(job, setup, grad_accum),
         layout_(std::move(layout)),
-        model_(job.device(), cfg_, rows_, setup.T),
-        chain_(static_cast<int>(cfg_.vocab), setup.fanout, setup.seed),
-        sampler_(chain_, setup.global_batch, setup.T, job.rank(), job.world_size(), setup.seed) {
+        model_(job.device(), cfg_, batch_.rows(), setup.T) {
     Device& dev = job.device();
     Stream& s = dev.compute_stream();
     const int64_t n = gpt_num_params(cfg_);
@@ -55,8 +105,6 @@ class Replica {
     bind_views(model_.grads(), grads_, model_.params(), layout_);
     ops::fill(dev, s, m_, 0.0f);
     ops::fill(dev, s, v_, 0.0f);
-    tokens_ = dev.empty({rows_, setup.T}, DType::i32, s, "tokens");
-    targets_ = dev.empty({rows_, setup.T}, DType::i32, s, "targets");
     // Rank 0 initialises from the seed; the others start from something else on purpose, so
     // the broadcast that follows visibly matters.
     const uint64_t seed = job.rank() == 0 ? setup.seed : setup.seed + 1000 + static_cast<uint64_t>(job.rank());
@@ -67,30 +115,18 @@ class Replica {
   }
 
   ~Replica() {
-    for (Tensor* t : {&targets_, &tokens_, &v_, &m_, &grads_, &params_}) job_.device().free(*t);
+    for (Tensor* t : {&v_, &m_, &grads_, &params_}) job_.device().free(*t);
   }
 
   GPT& model() { return model_; }
   const TrainSetup& setup() const { return setup_; }
-  const MarkovChain& chain() const { return chain_; }
+  const MarkovChain& chain() const { return batch_.chain(); }
   const std::vector<int>& layout() const { return layout_; }
   const Tensor& params() const { return params_; }
   const Tensor& grads() const { return grads_; }
   int64_t grad_accum() const { return grad_accum_; }
-  int64_t tokens_per_step() const { return setup_.global_batch * setup_.T; }
-
-  // Micro-batch `micro` of this rank's share of step `step`'s global batch, on the device. Each
-  // position's loss gradient is 1 / (this rank's tokens per step), so summing K micro-batches
-  // gives this rank's mean, and averaging over ranks the global mean.
-  void load_micro_batch(int64_t step, int64_t micro) {
-    Device& dev = job_.device();
-    Stream& s = dev.compute_stream();
-    const Batch share = sampler_.batch(step);
-    const int64_t offset = micro * rows_ * setup_.T;
-    copy_to_device(dev, s, tokens_, share.tokens.data() + offset);
-    copy_to_device(dev, s, targets_, share.targets.data() + offset);
-    model_.set_batch(tokens_, targets_, 1.0f / static_cast<float>(share.rows * setup_.T));
-  }
+  int64_t tokens_per_step() const { return batch_.tokens_per_step(); }
+  void load_micro_batch(int64_t step, int64_t micro) { batch_.load(model_, step, micro); }
 
   void zero_grad() { ops::fill(job_.device(), job_.device().compute_stream(), grads_, 0.0f); }
 
@@ -114,14 +150,6 @@ class Replica {
   }
 
  private:
-  static int64_t micro_rows(const TrainSetup& setup, int world, int64_t accum) {
-    if (setup.global_batch % (world * accum) != 0)
-      throw std::invalid_argument("global batch " + std::to_string(setup.global_batch) + " does not divide into " +
-                                  std::to_string(world) + " ranks x " + std::to_string(accum) +
-                                  " micro-batches; choose a multiple of " + std::to_string(world * accum));
-    return setup.global_batch / (world * accum);
-  }
-
   // Where each parameter starts in the model's natural order.
   std::vector<int64_t> natural_offsets() const {
     std::vector<int64_t> at(model_.params().size());
@@ -145,12 +173,11 @@ class Replica {
   Job& job_;
   TrainSetup setup_;
   GPTConfig cfg_;
-  int64_t grad_accum_, rows_;
+  int64_t grad_accum_;
+  BatchShare batch_;
   std::vector<int> layout_;
   GPT model_;
-  MarkovChain chain_;
-  Sampler sampler_;
-  Tensor params_, grads_, m_, v_, tokens_, targets_;
+  Tensor params_, grads_, m_, v_;
 };
 
 // The model's own parameter order: 0, 1, 2, ...
@@ -185,16 +212,7 @@ inline double broadcast_parameters(Job& job, Replica& r) {
 // The numerics check: every rank's parameters after training against one rank training on the
 // whole global batch. Returns ||p - p_ref|| / ||p_ref|| (norm-wise relative error).
 inline double relative_error_vs_reference(Replica& r) {
-  const std::vector<float> mine = r.gather_params();
-  TrainSetup single = r.setup();
-  const ReferenceRun ref = train_reference(single);
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < mine.size(); ++i) {
-    const double d = static_cast<double>(mine[i]) - ref.params[i];
-    diff += d * d;
-    norm += static_cast<double>(ref.params[i]) * ref.params[i];
-  }
-  return std::sqrt(diff / norm);
+  return relative_error(r.gather_params(), train_reference(r.setup()).params);
 }
 
 // How many all-reduces the trace shows in step `step` (the lesson's claim, checked).
