@@ -40,6 +40,14 @@ shardlab_chapter_tests(ch01 shardlab_ch01 --max-bytes 65536)
 # fails when the relative error exceeds 1e-5) and count their all-reduces in the trace.
 shardlab_chapter_tests(ch02 shardlab_ch02)
 shardlab_chapter_tests(ch03 shardlab_ch03 --bucket-cap-mb 0.01 --first-bucket-mb 0.002)
+# Chapter 04 checks itself the same way, and its all-gather and reduce-scatter counts, under
+# both sharding strategies.
+shardlab_chapter_tests(ch04 shardlab_ch04)
+foreach(np 1 2 3 4)
+  add_test(NAME "ch04: SHARD_GRAD_OP at world ${np} equals single-rank training"
+           COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch04> --sharding grad-op --trace-dir ${RUNS} --run-name ch04_grad_op_np${np})
+  set_tests_properties("ch04: SHARD_GRAD_OP at world ${np} equals single-rank training" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
+endforeach()
 foreach(t "ch02;shardlab_ch02;4;--grad-accum 3" "ch03;shardlab_ch03;3;--grad-accum 2 --bucket-cap-mb 0.01 --first-bucket-mb 0.002")
   list(GET t 0 name)
   list(GET t 1 target)

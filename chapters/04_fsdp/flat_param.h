@@ -1,0 +1,205 @@
+// flat_param.h: PyTorch FSDP1's FlatParameter, one per unit.
+//
+// DDP keeps a whole replica of the model on every rank. FSDP keeps 1/W of it: every unit's
+// parameters are flattened into one buffer (in the model's order), padded to a multiple of W
+// and cut into W equal shards; rank r keeps shard r, with its gradient and its AdamW moments.
+// Just before a unit runs, its shards are all-gathered into the whole flat buffer (the
+// unsharded FlatParameter), whose slices become the unit's parameters; right after, the buffer
+// is freed again. Backward does the same and, after a unit's backward, reduce-scatters the
+// unit's padded flat gradient, so each rank receives the sum of its own shard's gradients.
+//
+// Geometry (torch/distributed/fsdp/_flat_param.py, _get_shard): N elements over W ranks,
+//   shard = ceil(N / W) elements; rank r holds [r shard, (r + 1) shard) of the padded buffer;
+//   the last ranks hold the padding (zeros), possibly several of them, possibly nothing else.
+//
+// Streams, as FSDP1's: all-gathers and the unsharded buffers' allocations on the unshard
+// stream (the compute stream waits for it before the unit runs); reduce-scatters on the
+// post-backward stream (it waits for the compute stream). A buffer used on a stream other than
+// the one it was allocated on is record_stream'ed before it is freed, so the caching allocator
+// cannot hand its memory out again while that stream may still use it.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "job.h"
+#include "model.h"
+#include "ops.h"
+
+namespace ch04 {
+
+using namespace shardlab;
+
+struct ShardLayout {
+  int64_t numel;  // N, the unit's parameters
+  int world;      // W
+  int64_t shard() const { return (numel + world - 1) / world; }
+  int64_t padded() const { return shard() * world; }
+  int64_t valid(int rank) const { return std::clamp<int64_t>(numel - rank * shard(), 0, shard()); }
+  int64_t padding(int rank) const { return shard() - valid(rank); }
+};
+
+// Gradient averaging in two halves around the reduce-scatter, so the sum neither overflows
+// nor loses precision in low precision (_init_utils.py): predivide by f, the largest power of
+// two with f * f < W that divides W ... then postdivide by W / f.
+struct GradientFactors {
+  double pre, post;
+};
+inline GradientFactors gradient_factors(int world) {
+  int f = 1;
+  while (world % f == 0 && world / f > f) f *= 2;
+  return {static_cast<double>(f), static_cast<double>(world) / f};
+}
+
+class FlatParam {
+ public:
+  // `params`: the model parameters this unit flattens, in order. Every rank starts from the same
+  // initial values (they depend on the seed only) and keeps its shard of them.
+  FlatParam(Job& job, GPT& model, std::string name, std::vector<int> params, uint64_t seed)
+      : job_(job), model_(model), name_(std::move(name)), params_(std::move(params)),
+        layout_{numel_of(model, params_), job.world_size()} {
+    Device& dev = job.device();
+    Stream& s = dev.compute_stream();
+    const int64_t n = layout_.shard();
+    shard_ = dev.empty({n}, DType::f32, s, name_ + ".shard");
+    grad_shard_ = dev.empty({n}, DType::f32, s, name_ + ".grad_shard");
+    m_ = dev.empty({n}, DType::f32, s, name_ + ".adam.m");
+    v_ = dev.empty({n}, DType::f32, s, name_ + ".adam.v");
+    for (const Tensor* t : {&m_, &v_}) ops::fill(dev, s, *t, 0.0f);
+    if (dev.computes()) {
+      const std::vector<float> flat = initial_flat(model, seed);
+      copy_to_device(dev, s, shard_, flat.data() + job.rank() * n);
+    }
+  }
+
+  ~FlatParam() {
+    Device& dev = job_.device();
+    for (Tensor* t : {&full_, &full_grad_})
+      if (t->defined() && t->alloc_id != shard_.alloc_id && t->alloc_id != grad_shard_.alloc_id) dev.free(*t);
+    for (Tensor* t : {&v_, &m_, &grad_shard_, &shard_}) dev.free(*t);
+  }
+
+  const std::string& name() const { return name_; }
+  const ShardLayout& layout() const { return layout_; }
+  bool sharded() const { return layout_.world > 1; }  // world 1: NO_SHARD, as PyTorch falls back
+  bool unsharded() const { return full_.defined(); }
+
+  // All-gather the shards into the whole padded flat buffer, on the unshard stream; the
+  // parameters become views into its first N elements.
+  void unshard(Stream& unshard_stream) {
+    Device& dev = job_.device();
+    if (!sharded()) {
+      full_ = shard_;  // nothing to gather: the shard is the whole thing
+    } else {
+      full_ = dev.empty({layout_.padded()}, DType::f32, unshard_stream, name_ + ".unsharded");
+      job_.world().all_gather(shard_, full_, unshard_stream);
+    }
+    ready_ = dev.record(unshard_stream);
+    bind_views(model_.weights(), full_, model_.params(), params_);
+  }
+
+  // The compute stream must not read the parameters before the all-gather has written them.
+  void wait_unshard(Stream& compute) { job_.device().wait(compute, ready_); }
+
+  // Free the unsharded buffer. It was allocated on the unshard stream but read by the compute
+  // stream: record_stream first, or the next all-gather could overwrite it under a kernel.
+  void reshard(Stream& compute) {
+    Device& dev = job_.device();
+    for (int i : params_) model_.weights()[static_cast<size_t>(i)] = Tensor{};
+    if (sharded()) {
+      dev.record_stream(full_, compute);
+      dev.free(full_);
+    }
+    full_ = Tensor{};
+  }
+
+  // Before this unit's backward: a zeroed, padded flat gradient whose slices are the
+  // parameters' gradients (backward accumulates into them).
+  void begin_grad(Stream& compute) {
+    Device& dev = job_.device();
+    if (!sharded()) {
+      full_grad_ = grad_shard_;  // NO_SHARD: accumulate straight into the local gradient
+    } else {
+      full_grad_ = dev.empty({layout_.padded()}, DType::f32, compute, name_ + ".unsharded_grad");
+      ops::fill(dev, compute, full_grad_, 0.0f);
+    }
+    bind_views(model_.grads(), full_grad_, model_.params(), params_);
+  }
+
+  // After this unit's backward: predivide, reduce-scatter (sum) on the post-backward stream,
+  // postdivide, accumulate into this rank's gradient shard.
+  void reduce_grad(Stream& compute, Stream& post) {
+    Device& dev = job_.device();
+    for (int i : params_) model_.grads()[static_cast<size_t>(i)] = Tensor{};
+    if (!sharded()) {
+      full_grad_ = Tensor{};
+      return;
+    }
+    const GradientFactors f = gradient_factors(layout_.world);
+    dev.wait(post, dev.record(compute));  // the gradients exist before they travel
+    ops::scale_(dev, post, full_grad_, static_cast<float>(1.0 / f.pre));
+    Tensor reduced = dev.empty({layout_.shard()}, DType::f32, post, name_ + ".reduced_grad");
+    job_.world().reduce_scatter(full_grad_, reduced, ReduceOp::sum, post);
+    ops::scale_(dev, post, reduced, static_cast<float>(1.0 / f.post));
+    ops::add_(dev, post, grad_shard_, reduced);
+    dev.free(reduced);
+    // Allocated on the compute stream, last used on the post-backward stream.
+    dev.record_stream(full_grad_, post);
+    dev.free(full_grad_);
+  }
+
+  void zero_grad(Stream& compute) { ops::fill(job_.device(), compute, grad_shard_, 0.0f); }
+
+  // AdamW on this rank's shard only: 1/W of the optimizer's work and memory.
+  void optimizer_step(Stream& compute, int64_t step, const ops::AdamW& hp) {
+    ops::adamw(job_.device(), compute, shard_, grad_shard_, m_, v_, step + 1, hp);
+  }
+
+  // The whole unit's parameters, in the model's order, on the host (all ranks must call).
+  std::vector<float> gather(Stream& s) {
+    Device& dev = job_.device();
+    Tensor all = dev.empty({layout_.padded()}, DType::f32, s, name_ + ".gathered");
+    if (sharded()) job_.world().all_gather(shard_, all, s);
+    else ops::copy(dev, s, all, shard_);
+    std::vector<float> host(static_cast<size_t>(layout_.padded()));
+    copy_to_host(dev, s, host.data(), all);
+    dev.free(all);
+    host.resize(static_cast<size_t>(layout_.numel));
+    return host;
+  }
+
+  const std::vector<int>& params() const { return params_; }
+
+ private:
+  static int64_t numel_of(const GPT& model, const std::vector<int>& params) {
+    int64_t n = 0;
+    for (int i : params) n += model.params()[static_cast<size_t>(i)].shape.numel();
+    return n;
+  }
+
+  // This unit's initial parameters, flattened in order and right-padded with zeros.
+  std::vector<float> initial_flat(const GPT& model, uint64_t seed) const {
+    std::vector<float> flat;
+    flat.reserve(static_cast<size_t>(layout_.padded()));
+    for (int i : params_) {
+      std::vector<float> p(static_cast<size_t>(model.params()[static_cast<size_t>(i)].shape.numel()));
+      gpt_init_param(model.config(), i, seed, p.data());
+      flat.insert(flat.end(), p.begin(), p.end());
+    }
+    flat.resize(static_cast<size_t>(layout_.padded()), 0.0f);
+    return flat;
+  }
+
+  Job& job_;
+  GPT& model_;
+  std::string name_;
+  std::vector<int> params_;
+  ShardLayout layout_;
+  Tensor shard_, grad_shard_, m_, v_;  // persistent: this rank's 1/W
+  Tensor full_, full_grad_;            // transient: the unsharded parameter and gradient
+  Event ready_;
+};
+
+}  // namespace ch04
