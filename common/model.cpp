@@ -3,6 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "allocator.h"
 #include "attention.h"
 #include "ops.h"
 #include "rng.h"
@@ -95,6 +96,19 @@ int64_t bind_views(std::vector<Tensor>& slots, const Tensor& flat, const std::ve
     offset += shape.numel();
   }
   return offset;
+}
+
+ActivationBytes gpt_activation_bytes(const GPTConfig& c, int64_t B, int64_t T) {
+  const auto f32 = [](int64_t elements) { return static_cast<int64_t>(CachingAllocator::round_size(static_cast<size_t>(elements) * 4)); };
+  const int64_t BT = B * T, BTC = BT * c.channels;
+  // A block's Acts: nine [B,T,C]-sized tensors (ln1, q, k, v, o, atty, x2, ln2, out), qkv
+  // [B,T,3C], fch and fch_gelu [B,T,4C], four [B,T] layernorm statistics, the lse [B,NH,T].
+  const int64_t block = 9 * f32(BTC) + f32(3 * BTC) + 2 * f32(4 * BTC) + 4 * f32(BT) + f32(B * c.heads * T);
+  ActivationBytes a;
+  a.saved = f32(BTC) /* embeddings */ + c.layers * block + f32(BTC) + 2 * f32(BT) /* ln_f */ +
+            f32(BT * c.vocab) /* logits */ + f32(BT) /* losses */;
+  a.head_backward = f32(BT * c.vocab) /* dlogits */ + 2 * f32(BTC) /* dlnf, dresidual */;
+  return a;
 }
 
 double gpt_step_flops(const GPTConfig& c, int64_t tokens, int64_t T) {

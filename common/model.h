@@ -54,6 +54,15 @@ std::vector<float> gpt_init_all(const GPTConfig& cfg, uint64_t seed);
 // `offset`, in that order. Returns the element after the last view.
 int64_t bind_views(std::vector<Tensor>& slots, const Tensor& flat, const std::vector<ParamInfo>& params,
                    const std::vector<int>& indices, int64_t offset = 0);
+// Device memory of the activations, as the units allocate them (each tensor rounded as the
+// caching allocator rounds it): what forward keeps for backward (every unit), and what the
+// head's backward adds on top at once (dlogits, dlnf, the residual gradient). For a model whose
+// logits dominate (GPT-2's vocabulary) their sum is the activations' peak.
+struct ActivationBytes {
+  int64_t saved = 0;
+  int64_t head_backward = 0;
+};
+ActivationBytes gpt_activation_bytes(const GPTConfig& cfg, int64_t B, int64_t T);
 // Forward + backward FLOPs of one step over `tokens` tokens of length T, the standard count:
 // 6 x (parameters in matmuls) x tokens + the attention scores and mixing (causal pairs only).
 double gpt_step_flops(const GPTConfig& cfg, int64_t tokens, int64_t T);

@@ -48,6 +48,13 @@ foreach(np 1 2 3 4)
            COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch04> --sharding grad-op --trace-dir ${RUNS} --run-name ch04_grad_op_np${np})
   set_tests_properties("ch04: SHARD_GRAD_OP at world ${np} equals single-rank training" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
 endforeach()
+# The memory formula (chapters/04_fsdp/memory.h) against the caching allocator's peak: gpt2-small,
+# 8 simulated H100s, both strategies, within 2%.
+foreach(sharding full grad-op)
+  add_test(NAME "ch04: gpt2-small at 8 ranks, ${sharding}: peak allocated memory equals the formula within 2%"
+           COMMAND sh -c "${MPIRUN_SH} -np 8 $<TARGET_FILE:shardlab_ch04> --model gpt2-small --global-batch 8 --seq-len 1024 --compute skip --steps 2 --sharding ${sharding} --trace-dir '${RUNS}' --run-name ch04_memory_${sharding} > /dev/null && ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_figures.py '${RUNS}/ch04_memory_${sharding}/summary.json' 'abs(peak_allocated_GiB / formula_GiB - 1) < 0.02'")
+  set_tests_properties("ch04: gpt2-small at 8 ranks, ${sharding}: peak allocated memory equals the formula within 2%" PROPERTIES TIMEOUT 300 PROCESSORS 2)
+endforeach()
 foreach(t "ch02;shardlab_ch02;4;--grad-accum 3" "ch03;shardlab_ch03;3;--grad-accum 2 --bucket-cap-mb 0.01 --first-bucket-mb 0.002")
   list(GET t 0 name)
   list(GET t 1 target)

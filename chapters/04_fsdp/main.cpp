@@ -26,6 +26,7 @@
 
 #include "02_naive_ddp/data_parallel.h"
 #include "04_fsdp/flat_param.h"
+#include "04_fsdp/memory.h"
 #include "metrics.h"
 #include "train_flags.h"
 
@@ -131,7 +132,17 @@ void lesson(Job& job) {
                            std::to_string(expect_scatters) + " reduce-scatters per step, the trace shows " +
                            std::to_string(gathers) + " and " + std::to_string(scatters));
 
-  // 6. The proof: gathered, the shards equal single-rank training on the global batch.
+  // 6. Memory: the peak of a step, measured by the caching allocator, against the formula.
+  const ch04::MemoryFormula f = ch04::fsdp_peak_memory(model.config(), batch.rows(), setup.T, job.world_size(), full_shard);
+  const double GiB = 1024.0 * 1024.0 * 1024.0;
+  job.figure("peak_allocated_GiB", static_cast<double>(dev.allocator().peak_allocated()) / GiB, "GiB", "measured, rank 0, last step");
+  job.figure("peak_reserved_GiB", static_cast<double>(dev.allocator().peak_reserved()) / GiB, "GiB", "measured: segments the allocator holds");
+  job.figure("formula_GiB", static_cast<double>(f.total()) / GiB, "GiB", "sharded state + unsharded at the peak + activations");
+  job.figure("formula_sharded_state_GiB", static_cast<double>(f.sharded_state) / GiB, "GiB", "parameters, gradients, AdamW m and v: 1/W each");
+  job.figure("formula_unsharded_GiB", static_cast<double>(f.unsharded) / GiB, "GiB", "gathered parameters and gradients in flight at the peak");
+  job.figure("formula_activations_GiB", static_cast<double>(f.activations) / GiB, "GiB", "saved activations + the head's backward");
+
+  // 7. The proof: gathered, the shards equal single-rank training on the global batch.
   if (dev.computes()) {
     std::vector<float> natural(static_cast<size_t>(gpt_num_params(model.config())));
     std::vector<int64_t> offset(model.params().size());

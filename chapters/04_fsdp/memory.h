@@ -1,0 +1,47 @@
+// memory.h: what FSDP's peak memory should be, term by term (the lesson's formula).
+//
+// Per rank, with P parameters in units of P_u elements, W ranks, 4-byte floats:
+//   sharded state     4 x sum_u ceil(P_u / W) x 4 B   (parameters, gradients, AdamW m and v)
+//   unsharded         what is gathered at the peak, parameters and gradients. The peak comes at
+//                     the head's backward: the root's parameters and its padded gradient are
+//                     whole; FULL_SHARD holds no block (all freed after forward); SHARD_GRAD_OP
+//                     still holds every block's parameters (kept from forward to the end of
+//                     backward). World 1 shards nothing, so nothing extra is gathered.
+//   activations       everything forward keeps, plus the head's backward temporaries
+//                     (gpt_activation_bytes in common/model.h).
+// DDP, for comparison, keeps 16 P bytes of state (ZeRO's "plain DP" in fp32) and the same
+// activations.
+#pragma once
+
+#include <cstdint>
+
+#include "04_fsdp/flat_param.h"
+#include "model.h"
+
+namespace ch04 {
+
+struct MemoryFormula {
+  int64_t sharded_state = 0;
+  int64_t unsharded = 0;
+  int64_t activations = 0;
+  int64_t total() const { return sharded_state + unsharded + activations; }
+};
+
+inline MemoryFormula fsdp_peak_memory(const GPTConfig& cfg, int64_t B, int64_t T, int world, bool full_shard) {
+  const auto f32 = [](int64_t elements) { return static_cast<int64_t>(CachingAllocator::round_size(static_cast<size_t>(elements) * 4)); };
+  const std::vector<ParamInfo> params = gpt_params(cfg);
+  int64_t root = 0, block = 0;
+  for (const auto& p : params) {
+    if (p.unit == 0 || p.unit == cfg.layers + 1) root += p.shape.numel();
+    else if (p.unit == 1) block += p.shape.numel();
+  }
+  const ShardLayout r{root, world}, b{block, world};
+  MemoryFormula m;
+  m.sharded_state = 4 * (f32(r.shard()) + cfg.layers * f32(b.shard()));
+  if (world > 1) m.unsharded = 2 * f32(r.padded()) + (full_shard ? 0 : cfg.layers * f32(b.padded()));
+  const ActivationBytes a = gpt_activation_bytes(cfg, B, T);
+  m.activations = a.saved + a.head_backward;
+  return m;
+}
+
+}  // namespace ch04
