@@ -1,5 +1,6 @@
 #include "model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -96,6 +97,17 @@ int64_t bind_views(std::vector<Tensor>& slots, const Tensor& flat, const std::ve
     offset += shape.numel();
   }
   return offset;
+}
+
+void place_params(const std::vector<ParamInfo>& params, const std::vector<int>& indices, const float* flat,
+                  std::vector<float>& natural) {
+  std::vector<int64_t> start(params.size() + 1, 0);
+  for (size_t i = 0; i < params.size(); ++i) start[i + 1] = start[i] + params[i].shape.numel();
+  for (int i : indices) {
+    const int64_t n = params[static_cast<size_t>(i)].shape.numel();
+    std::copy_n(flat, n, natural.begin() + start[static_cast<size_t>(i)]);
+    flat += n;
+  }
 }
 
 ActivationBytes gpt_activation_bytes(const GPTConfig& c, int64_t B, int64_t T) {

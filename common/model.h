@@ -54,6 +54,10 @@ std::vector<float> gpt_init_all(const GPTConfig& cfg, uint64_t seed);
 // `offset`, in that order. Returns the element after the last view.
 int64_t bind_views(std::vector<Tensor>& slots, const Tensor& flat, const std::vector<ParamInfo>& params,
                    const std::vector<int>& indices, int64_t offset = 0);
+// The inverse of laying parameters out in another order: copies the parameters `indices`,
+// stored back to back in `flat`, to their places in `natural` (the model's order).
+void place_params(const std::vector<ParamInfo>& params, const std::vector<int>& indices, const float* flat,
+                  std::vector<float>& natural);
 // Device memory of the activations, as the units allocate them (each tensor rounded as the
 // caching allocator rounds it): what forward keeps for backward (every unit), and what the
 // head's backward adds on top at once (dlogits, dlnf, the residual gradient). For a model whose

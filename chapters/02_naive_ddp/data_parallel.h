@@ -139,13 +139,7 @@ class Replica {
     std::vector<float> laid_out(static_cast<size_t>(params_.numel()));
     copy_to_host(job_.device(), job_.device().compute_stream(), laid_out.data(), params_);
     std::vector<float> natural(laid_out.size());
-    const std::vector<int64_t> at = natural_offsets();
-    int64_t offset = 0;
-    for (int i : layout_) {
-      const int64_t n = model_.params()[static_cast<size_t>(i)].shape.numel();
-      std::copy_n(laid_out.begin() + offset, n, natural.begin() + at[static_cast<size_t>(i)]);
-      offset += n;
-    }
+    place_params(model_.params(), layout_, laid_out.data(), natural);
     return natural;
   }
 

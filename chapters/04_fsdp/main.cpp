@@ -145,17 +145,7 @@ void lesson(Job& job) {
   // 7. The proof: gathered, the shards equal single-rank training on the global batch.
   if (dev.computes()) {
     std::vector<float> natural(static_cast<size_t>(gpt_num_params(model.config())));
-    std::vector<int64_t> offset(model.params().size());
-    for (size_t i = 1; i < offset.size(); ++i) offset[i] = offset[i - 1] + model.params()[i - 1].shape.numel();
-    for (int u = 0; u <= L; ++u) {
-      const std::vector<float> flat = unit(u).gather(compute);
-      int64_t at = 0;
-      for (int i : unit(u).params()) {
-        const int64_t n = model.params()[static_cast<size_t>(i)].shape.numel();
-        std::copy_n(flat.begin() + at, n, natural.begin() + offset[static_cast<size_t>(i)]);
-        at += n;
-      }
-    }
+    for (int u = 0; u <= L; ++u) place_params(model.params(), unit(u).params(), unit(u).gather(compute).data(), natural);
     const double err = relative_error(natural, train_reference(setup).params);
     job.figure("relative_error_vs_single_rank", err, "", "||params - single-rank params|| / ||single-rank params||");
     if (err > 1e-5) throw std::runtime_error("parameters differ from single-rank training: relative error " + std::to_string(err));
