@@ -127,3 +127,80 @@ def plot_timeline(run, rank, window, path=None, title=None, annotate=(), ax=None
         if path:
             fig.savefig(path, dpi=110)
     return ax
+
+
+def union(intervals):
+    """The union of (begin, end) intervals, as sorted, disjoint [begin, end] lists."""
+    out = []
+    for b, e in sorted(intervals):
+        if out and b <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([b, e])
+    return out
+
+
+def minus(a, b):
+    """The parts of the sorted, disjoint intervals a that no interval of the sorted, disjoint b covers."""
+    out = []
+    for s, e in a:
+        cur = s
+        for bs, be in b:
+            if be > cur and bs < e:
+                if bs > cur:
+                    out.append((cur, bs))
+                cur = max(cur, be)
+        if cur < e:
+            out.append((cur, e))
+    return out
+
+
+def plot_step(run, ax, rank=0, window=None, title=None, legend=True):
+    """One step of one rank, as in the chapters' timeline figures: plot_timeline's lanes (no kernel
+    labels), the compute stream's phases (forward, backward, optimizer) bracketed above the lanes, and
+    under every stream that communicates a black strip where its communication is exposed (no compute
+    kernel on any stream runs then; summary.json's exposed_comm_us is the length of the union of the
+    strips, as the metrics library counts it). window defaults to the rank's last step; returns the
+    (start, end) of the window in us.
+    """
+    import matplotlib.pyplot as plt
+
+    t0, t1 = window or run.steps(rank)[-1]
+    plot_timeline(run, rank=rank, window=(t0, t1), ax=ax, label_min_us=float("inf"), title=title)
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    names = run.lane_names(rank)
+    device = [e for e in run.events(rank) if e.get("ph") == "X" and e["pid"] < 100000 and t0 <= e["ts"] <= t1]
+
+    # the phases of the compute stream, named above the lanes
+    main = sorted((e for e in device if kind_of(e) in ("compute", "memcpy")
+                   and names.get((e["pid"], e["tid"]), "").endswith("compute")), key=lambda e: e["ts"])
+    backward = [e for e in main if "backward" in e["name"]]
+    optimizer = [e for e in main if e["name"] == "adamw"]
+    if main and backward and optimizer:
+        for name, b, e in [("forward", main[0]["ts"], backward[0]["ts"]),
+                           ("backward", backward[0]["ts"], backward[-1]["ts"] + backward[-1]["dur"]),
+                           ("optimizer", optimizer[0]["ts"], optimizer[-1]["ts"] + optimizer[-1]["dur"])]:
+            ax.annotate("", (b - t0, -0.7), (e - t0, -0.7), arrowprops=dict(arrowstyle="|-|", lw=0.8, shrinkA=0,
+                                                                               shrinkB=0, mutation_scale=3))
+            ax.text((b + e) / 2 - t0, -0.82, name, ha="center", va="bottom", fontsize=8)
+
+    # exposed communication, lane by lane: comm-stream time that no compute kernel overlaps
+    compute = union([(e["ts"], e["ts"] + e["dur"]) for e in device if kind_of(e) == "compute"])
+    for row, label in enumerate(labels):
+        lane = next((l for l, n in names.items() if n == label), None)
+        comm = [(e["ts"], e["ts"] + e["dur"]) for e in device
+                if (e["pid"], e["tid"]) == lane and kind_of(e) in ("comm", "comm_wait")]
+        if comm:
+            exposed = minus(union(comm), compute)
+            ax.broken_barh([(b - t0, e - b) for b, e in exposed], (row + 0.43, 0.14), facecolors="black")
+    ax.set_ylim(len(labels) - 0.4, -1.3)
+    if legend:  # plot_timeline's legend, with the exposed strip added
+        handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
+        handles.append(plt.Rectangle((0, 0), 1, 1, color="black"))
+        ax.legend(handles, list(COLORS) + ["exposed comm"], ncol=len(handles), fontsize=7,
+                  loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
+    else:
+        ax.get_legend().remove()
+        if title:
+            ax.set_title(title, fontsize=10, pad=6)
+    return t0, t1
