@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <stdexcept>
 
 #include "allocator.h"
@@ -165,6 +166,13 @@ GPT::~GPT() {
                       &a->logits, &a->losses})
       if (t->defined()) release(*t);
   if (dresidual_.defined()) release(dresidual_);
+}
+
+void GPT::bind_flat(const Tensor& params, const Tensor& grads) {
+  std::vector<int> all(params_.size());
+  std::iota(all.begin(), all.end(), 0);
+  bind_views(weights_, params, params_, all);
+  bind_views(grads_, grads, params_, all);
 }
 
 void GPT::set_batch(const Tensor& tokens, const Tensor& targets, float dloss) {

@@ -90,6 +90,8 @@ class GPT {
   // Where parameter i and its gradient live now. Bind before the units that use them run.
   std::vector<Tensor>& weights() { return weights_; }
   std::vector<Tensor>& grads() { return grads_; }
+  // Every parameter and gradient as consecutive views of two flat buffers, in the model's order.
+  void bind_flat(const Tensor& params, const Tensor& grads);
 
   // Device tensors [B, T] i32 for the next forward/backward. The loss gradient of each
   // position is `dloss` (1 / (B x T) for this rank's mean; a chapter accumulating K

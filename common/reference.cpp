@@ -25,10 +25,7 @@ ReferenceRun train_reference(const TrainSetup& setup) {
   Tensor grads = dev.empty({n}, DType::f32, s, "grads");
   Tensor m = dev.empty({n}, DType::f32, s, "adam.m");
   Tensor v = dev.empty({n}, DType::f32, s, "adam.v");
-  std::vector<int> all(model.params().size());
-  std::iota(all.begin(), all.end(), 0);
-  bind_views(model.weights(), params, model.params(), all);
-  bind_views(model.grads(), grads, model.params(), all);
+  model.bind_flat(params, grads);
   copy_to_device(dev, s, params, gpt_init_all(cfg, setup.seed).data());
   ops::fill(dev, s, m, 0.0f);
   ops::fill(dev, s, v, 0.0f);

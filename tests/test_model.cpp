@@ -71,10 +71,7 @@ TEST_CASE("model: gpt2-small FLOPs per step match 6 N D + attention; skip mode a
   GPT model(dev, cfg, B, T);
   Tensor params = dev.empty({n}, DType::f32, s, "params");
   Tensor grads = dev.empty({n}, DType::f32, s, "grads");
-  std::vector<int> all(model.params().size());
-  std::iota(all.begin(), all.end(), 0);
-  bind_views(model.weights(), params, model.params(), all);
-  bind_views(model.grads(), grads, model.params(), all);
+  model.bind_flat(params, grads);
   Tensor tokens = dev.empty({B, T}, DType::i32, s, "tokens"), targets = dev.empty({B, T}, DType::i32, s, "targets");
   model.set_batch(tokens, targets, 1.0f / static_cast<float>(B * T));
 
@@ -102,10 +99,7 @@ TEST_CASE("model: the gradient of the tiny GPT matches a directional finite diff
   const int64_t B = 2, T = 16, n = gpt_num_params(cfg);
   GPT model(dev, cfg, B, T);
   Tensor params = dev.empty({n}, DType::f32, s, "params"), grads = dev.empty({n}, DType::f32, s, "grads");
-  std::vector<int> all(model.params().size());
-  std::iota(all.begin(), all.end(), 0);
-  bind_views(model.weights(), params, model.params(), all);
-  bind_views(model.grads(), grads, model.params(), all);
+  model.bind_flat(params, grads);
   const std::vector<float> w0 = gpt_init_all(cfg, 3);
   const MarkovChain chain(static_cast<int>(cfg.vocab), 4, 3);
   const Batch batch = Sampler(chain, B, T, 0, 1, 3).global(0);
