@@ -127,3 +127,21 @@ shardlab_notebook_test(01_ring_allreduce.ipynb)
 shardlab_notebook_test(02_03_ddp_timelines.ipynb)
 shardlab_notebook_test(03_bucket_size.ipynb)
 shardlab_notebook_test(04_fsdp_memory.ipynb)
+
+# The viewer, headless under Xvfb (Mesa's software OpenGL): a real screenshot, and a bad file
+# that must end in a message, not a crash or a hang.
+find_program(XVFB_RUN xvfb-run)
+if(TARGET shardlab-view AND XVFB_RUN)
+  set(VIEWER_OUT ${CMAKE_BINARY_DIR}/test-viewer)
+  add_test(NAME "viewer: a screenshot of a chapter trace under Xvfb is produced and shows the lane colours"
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_screenshot.py $<TARGET_FILE:shardlab-view>
+                   ${PROJECT_SOURCE_DIR}/traces/03_bucketed_ddp ${VIEWER_OUT}/03_bucketed_ddp.png)
+  file(WRITE ${VIEWER_OUT}/malformed.json "{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"truncated\", \"ts\": ")
+  add_test(NAME "viewer: a malformed file with --screenshot exits non-zero with a message"
+           COMMAND ${EXPECT_EXIT} 1 "shardlab-view: .*malformed\\.json" -- ${XVFB_RUN} -a $<TARGET_FILE:shardlab-view>
+                   ${VIEWER_OUT}/malformed.json --screenshot ${VIEWER_OUT}/malformed.png)
+  # xvfb-run -a can race for a display number when two start at once.
+  set_tests_properties("viewer: a screenshot of a chapter trace under Xvfb is produced and shows the lane colours"
+                       "viewer: a malformed file with --screenshot exits non-zero with a message"
+                       PROPERTIES TIMEOUT 120 RESOURCE_LOCK xvfb)
+endif()

@@ -1,0 +1,488 @@
+// Viewer model: the loader reads the committed reference traces into lanes, nested slices, flows
+// and counters, and its RankTimeline gives exactly the run summary's figures (the viewer and
+// summary.json agree). Hostile files load leniently or fail with the file named, never crash.
+#include <catch2/catch.hpp>
+
+#include <zlib.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "metrics.h"
+#include "trace_model.h"
+
+using namespace shardlab;
+using namespace shardlab::viewer;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kTraces = fs::path(SHARDLAB_SOURCE_DIR) / "traces";
+const char* const kRuns[] = {"00_streams_events", "01_ring_allreduce", "02_naive_ddp", "03_bucketed_ddp", "04_fsdp"};
+
+// A fresh directory per use, removed afterwards (ctest runs test cases in parallel processes).
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path = fs::temp_directory_path() /
+           ("shardlab_test_viewer_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_text(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary);
+  out << text;
+}
+
+void write_gz(const fs::path& p, const std::string& text) {
+  gzFile f = gzopen(p.string().c_str(), "wb");
+  REQUIRE(f != nullptr);
+  REQUIRE(gzwrite(f, text.data(), static_cast<unsigned>(text.size())) == static_cast<int>(text.size()));
+  REQUIRE(gzclose(f) == Z_OK);
+}
+
+// "r3.json.gz": appended piecewise, since GCC 12 warns (-Wrestrict, a false positive) on
+// "r" + std::string.
+std::string gz_name(int rank) {
+  std::string name = "r";
+  name += std::to_string(rank);
+  name += ".json.gz";
+  return name;
+}
+
+// Every lane's slices: sorted by start, and no two at the same depth overlap.
+void check_nesting(const Rank& r) {
+  for (const Lane& l : r.lanes) {
+    INFO("rank " << r.rank << " lane " << l.name);
+    std::map<uint16_t, double> last_end;  // depth -> end of the last slice seen there
+    for (size_t i = 0; i < l.slices.size(); ++i) {
+      const Slice& s = l.slices[i];
+      if (i > 0) REQUIRE(l.slices[i - 1].start_us <= s.start_us);
+      REQUIRE(s.depth <= l.max_depth);
+      const auto it = last_end.find(s.depth);
+      if (it != last_end.end()) REQUIRE(it->second <= s.start_us + 1e-4);
+      last_end[s.depth] = s.end_us;
+    }
+  }
+}
+
+// The summary's figures for one run, from the loaded timelines.
+void check_against_summary(const TraceModel& m, const json& summary) {
+  REQUIRE(m.ranks.size() == summary["ranks"].size());
+  for (size_t r = 0; r < m.ranks.size(); ++r) {
+    const Rank& rank = m.ranks[r];
+    const json& want = summary["ranks"][r];
+    INFO("rank " << r);
+    REQUIRE(rank.rank == want["rank"].get<int>());
+    const auto steps = step_metrics(rank.timeline);
+    REQUIRE(steps.size() == want["steps"].size());
+    for (size_t k = 0; k < steps.size(); ++k) {
+      const json& w = want["steps"][k];
+      INFO("step " << k);
+      CHECK(steps[k].step == w["step"].get<int>());
+      CHECK(steps[k].step_us == Approx(w["step_us"].get<double>()).margin(1e-3));
+      CHECK(steps[k].compute_us == Approx(w["compute_us"].get<double>()).margin(1e-3));
+      CHECK(steps[k].comm_us == Approx(w["comm_us"].get<double>()).margin(1e-3));
+      CHECK(steps[k].overlap_us == Approx(w["overlap_us"].get<double>()).margin(1e-3));
+      CHECK(steps[k].exposed_comm_us == Approx(w["exposed_comm_us"].get<double>()).margin(1e-3));
+      CHECK(steps[k].comm_wait_us == Approx(w["comm_wait_us"].get<double>()).margin(1e-3));
+      CHECK(steps[k].memcpy_us == Approx(w["memcpy_us"].get<double>()).margin(1e-3));
+      CHECK(steps[k].idle_us == Approx(w["idle_us"].get<double>()).margin(1e-3));
+      CHECK(steps[k].peak_allocated == w["peak_allocated_bytes"].get<int64_t>());
+      CHECK(steps[k].peak_reserved == w["peak_reserved_bytes"].get<int64_t>());
+    }
+    const auto colls = collective_metrics(rank.timeline);
+    REQUIRE(colls.size() == want["collectives"].size());
+    for (size_t c = 0; c < colls.size(); ++c) {
+      const json& w = want["collectives"][c];
+      INFO("collective " << c);
+      CHECK(colls[c].name == w["name"].get<std::string>());
+      CHECK(colls[c].bytes == w["bytes"].get<int64_t>());
+      CHECK(colls[c].group_size == w["group_size"].get<int>());
+      CHECK(colls[c].step == w["step"].get<int>());
+      CHECK(colls[c].time_us == Approx(w["time_us"].get<double>()).margin(1e-3));
+    }
+  }
+}
+
+// The same content, whatever the container: counts and figures.
+void check_same(const TraceModel& a, const TraceModel& b) {
+  REQUIRE(a.ranks.size() == b.ranks.size());
+  CHECK(a.events == b.events);
+  CHECK(a.start_us == b.start_us);
+  CHECK(a.end_us == b.end_us);
+  for (size_t r = 0; r < a.ranks.size(); ++r) {
+    REQUIRE(a.ranks[r].lanes.size() == b.ranks[r].lanes.size());
+    for (size_t l = 0; l < a.ranks[r].lanes.size(); ++l) {
+      const Lane& x = a.ranks[r].lanes[l];
+      const Lane& y = b.ranks[r].lanes[l];
+      CHECK(x.name == y.name);
+      REQUIRE(x.slices.size() == y.slices.size());
+      for (size_t i = 0; i < x.slices.size(); ++i) {
+        CHECK(a.names[x.slices[i].name] == b.names[y.slices[i].name]);
+        CHECK(a.args_json[x.slices[i].args] == b.args_json[y.slices[i].args]);
+        CHECK(x.slices[i].depth == y.slices[i].depth);
+      }
+    }
+    CHECK(a.ranks[r].flows.size() == b.ranks[r].flows.size());
+    CHECK(a.ranks[r].counters.size() == b.ranks[r].counters.size());
+  }
+}
+
+// Loads one file: the error message if it throws, "" if it loads.
+std::string load_error(const fs::path& p) {
+  try {
+    load_traces({p.string()});
+    return "";
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+}
+
+const std::string kHeader = "{\"distributedInfo\": {\"rank\": 0, \"world_size\": 1}, \"traceEvents\": [";
+const std::string kGoodEvent =
+    "{\"ph\": \"X\", \"cat\": \"kernel\", \"name\": \"gemm\", \"pid\": 0, \"tid\": 7, \"ts\": 1.0, \"dur\": 2.0}";
+
+}  // namespace
+
+TEST_CASE("model: loads the reference traces and agrees with their summaries", "[viewer]") {
+  for (const char* run : kRuns) {
+    INFO("run " << run);
+    const fs::path dir = kTraces / run;
+    const json summary = json::parse(read_text(dir / "summary.json"));
+    size_t calls = 0;
+    const TraceModel m = load_traces({dir.string()}, [&](size_t done, size_t total) {
+      ++calls;
+      CHECK(done <= total);
+      return true;
+    });
+    CHECK(calls >= 1);
+    REQUIRE(m.ranks.size() == summary["world_size"].get<size_t>());
+    CHECK(m.start_us < m.end_us);
+    CHECK(m.args_json.at(0).empty());
+    CHECK(m.skipped == 0);
+
+    size_t slices = 0;
+    for (const Rank& r : m.ranks) {
+      INFO("rank " << r.rank);
+      CHECK(r.file == (dir / ("rank" + std::to_string(r.rank) + ".json")).string());
+      const json file = json::parse(read_text(r.file));
+      size_t x_events = 0, flow_starts = 0, counters = 0, device_events = 0;
+      std::map<int, std::string> stream_names;
+      for (const json& e : file["traceEvents"]) {
+        const std::string ph = e["ph"];
+        if (ph == "X") {
+          ++x_events;
+          const std::string cat = e["cat"];
+          if (cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset") ++device_events;
+        }
+        if (ph == "i") ++x_events;  // kept as zero-length slices
+        if (ph == "s") ++flow_starts;
+        if (ph == "C") ++counters;
+        if (ph == "M" && e["name"] == "thread_name" && e["pid"].get<int>() < 100000)
+          stream_names[e["tid"].get<int>()] = e["args"]["name"];
+      }
+      size_t lane_slices = 0;
+      for (const Lane& l : r.lanes) lane_slices += l.slices.size();
+      CHECK(lane_slices == x_events);
+      CHECK(r.timeline.slices.size() == device_events);
+      slices += lane_slices;
+
+      // Lanes: the CPU thread first, then the device's streams in sort order, named by metadata.
+      REQUIRE(r.lanes.size() >= 2);
+      CHECK(r.lanes[0].name == "CPU thread");
+      CHECK(r.lanes[0].process == "rank " + std::to_string(r.rank) + " CPU");
+      CHECK(!r.lanes[0].device);
+      CHECK(r.lanes[0].pid == 100000 + r.rank);
+      for (size_t l = 1; l < r.lanes.size(); ++l) {
+        const Lane& lane = r.lanes[l];
+        CHECK(lane.device);
+        CHECK(lane.pid < 100000);
+        CHECK(lane.name == stream_names[lane.tid]);
+        CHECK(lane.process.starts_with("rank " + std::to_string(r.rank) + " GPU"));
+        if (l > 1) CHECK(r.lanes[l - 1].sort_index < lane.sort_index);
+      }
+      check_nesting(r);
+
+      // Flows: every launch reaches its kernel, bound to slices with that correlation.
+      CHECK(r.flows.size() == flow_starts);
+      for (const Flow& f : r.flows) {
+        REQUIRE(f.from_lane == 0);
+        REQUIRE(f.to_lane > 0);
+        REQUIRE(f.from_slice >= 0);
+        REQUIRE(f.to_slice >= 0);
+        const Slice& launch = r.lanes[0].slices[static_cast<size_t>(f.from_slice)];
+        const Slice& kernel = r.lanes[static_cast<size_t>(f.to_lane)].slices[static_cast<size_t>(f.to_slice)];
+        CHECK(launch.category == Category::runtime);
+        CHECK(launch.correlation == f.id);
+        // A collective that waited: the arrow lands on its wait, the correlation is the kernel's.
+        if (kernel.category != Category::comm_wait) CHECK(kernel.correlation == f.id);
+        CHECK(kernel.start_us == f.to_us);
+      }
+
+      // Counters: "GPU memory" as two series, one sample per C event each.
+      REQUIRE(r.counters.size() == 2);
+      CHECK(r.counters[0].name == "GPU memory allocated");
+      CHECK(r.counters[1].name == "GPU memory reserved");
+      CHECK(r.counters[0].samples.size() == counters);
+      CHECK(r.timeline.memory.size() == counters);
+
+      // Waits belong to the collective that follows them on their stream.
+      for (const DeviceSlice& s : r.timeline.slices) {
+        if (s.kind == SliceKind::comm || s.kind == SliceKind::comm_wait) {
+          REQUIRE(s.collective >= 0);
+          CHECK(r.timeline.collectives[static_cast<size_t>(s.collective)].start_us >= s.start_us);
+        }
+      }
+    }
+    CHECK(m.events == slices);
+    check_against_summary(m, summary);
+  }
+}
+
+TEST_CASE("model: loads .json.gz and explicit files like the directory", "[viewer]") {
+  TempDir tmp;
+  const fs::path dir = kTraces / "03_bucketed_ddp";
+  std::vector<std::string> files;
+  for (int r = 3; r >= 0; --r) {  // given out of order: ranks come from distributedInfo
+    const fs::path gz = tmp.path / gz_name(r);
+    write_gz(gz, read_text(dir / ("rank" + std::to_string(r) + ".json")));
+    files.push_back(gz.string());
+  }
+  const TraceModel plain = load_traces({dir.string()});
+  const TraceModel gz = load_traces(files);
+  check_same(plain, gz);
+  check_against_summary(gz, json::parse(read_text(dir / "summary.json")));
+
+  // A directory of rank<R>.json.gz files.
+  const fs::path gzdir = tmp.path / "run";
+  fs::create_directories(gzdir);
+  for (int r = 0; r < 4; ++r)
+    fs::copy_file(tmp.path / gz_name(r), gzdir / ("rank" + std::to_string(r) + ".json.gz"));
+  write_text(gzdir / "notes.txt", "not a trace");
+  check_same(plain, load_traces({gzdir.string()}));
+
+  // The same rank twice is refused, naming both files.
+  const std::string f0 = (dir / "rank0.json").string();
+  CHECK_THROWS_WITH(load_traces({f0, f0}), Catch::Contains("rank 0") && Catch::Contains("rank0.json"));
+}
+
+TEST_CASE("model: progress reports and cancels", "[viewer]") {
+  const fs::path dir = kTraces / "01_ring_allreduce";
+  size_t last_done = 0, last_total = 0;
+  load_traces({dir.string()}, [&](size_t done, size_t total) {
+    CHECK(done >= last_done);
+    last_done = done;
+    last_total = total;
+    return true;
+  });
+  size_t size = 0;
+  for (int r = 0; r < 4; ++r) size += fs::file_size(dir / ("rank" + std::to_string(r) + ".json"));
+  CHECK(last_total == size);
+  CHECK(last_done == size);
+  CHECK_THROWS_AS(load_traces({dir.string()}, [](size_t, size_t) { return false; }), LoadCancelled);
+}
+
+TEST_CASE("model: refuses broken files with the file named, never crashes", "[viewer]") {
+  TempDir tmp;
+  const std::string full = kHeader + kGoodEvent + "]}";
+  struct Case {
+    const char* name;
+    std::string text;
+    const char* error;  // a fragment of the message; nullptr: loads
+  };
+  const std::string deep = [] {
+    std::string args;
+    for (int i = 0; i < 200; ++i) args += "{\"a\": ";
+    args += "1";
+    for (int i = 0; i < 200; ++i) args += "}";
+    return kHeader + "{\"ph\": \"X\", \"name\": \"n\", \"pid\": 0, \"tid\": 0, \"ts\": 1, \"dur\": 1, \"args\": " +
+           args + "}]}";
+  }();
+  const Case cases[] = {
+      {"empty", "", "empty file"},
+      {"array", "[]", "not an object"},
+      {"object", "{}", "no traceEvents"},
+      {"truncated", full.substr(0, full.size() / 2), "truncated"},
+      {"not_json", "this is not JSON", "not valid JSON"},
+      {"trailing", full + " garbage", "not valid JSON"},
+      {"events_string", "{\"traceEvents\": \"oops\"}", "traceEvents is not an array"},
+      {"events_object", "{\"traceEvents\": {}}", "traceEvents is an object"},
+      {"event_number", kHeader + "5]}", "event 0 is not an object"},
+      {"event_array", kHeader + kGoodEvent + ", []]}", "event 1 is an array"},
+      {"ts_string", kHeader + "{\"ph\": \"X\", \"name\": \"n\", \"pid\": 0, \"tid\": 0, \"ts\": \"1\", \"dur\": 1}]}",
+       "event 0: ts is not a number"},
+      {"ph_number", kHeader + "{\"ph\": 88, \"name\": \"n\", \"pid\": 0, \"tid\": 0, \"ts\": 1, \"dur\": 1}]}",
+       "ph is not a string"},
+      {"dur_object", kHeader + "{\"ph\": \"X\", \"name\": \"n\", \"pid\": 0, \"tid\": 0, \"ts\": 1, \"dur\": {}}]}",
+       "dur is not a number"},
+      {"deep_args", deep, "nested more than 64 levels"},
+      {"ts_overflow", kHeader + "{\"ph\": \"X\", \"name\": \"n\", \"pid\": 0, \"tid\": 0, \"ts\": 1e999}]}",
+       "number overflow"},
+      {"bad_utf8", kHeader + "{\"ph\": \"X\", \"name\": \"\xff\xfe\", \"pid\": 0, \"tid\": 0, \"ts\": 1}]}",
+       "not valid JSON"},
+      // Lenient: the bad event is skipped (counted), the rest loads.
+      {"pid_object", kHeader + kGoodEvent + ", {\"ph\": \"X\", \"name\": \"n\", \"pid\": {}, \"tid\": 0, \"ts\": 1}]}",
+       nullptr},
+      {"tid_bool", kHeader + kGoodEvent + ", {\"ph\": \"X\", \"name\": \"n\", \"pid\": 0, \"tid\": true, \"ts\": 1}]}",
+       nullptr},
+      {"dur_negative", kHeader + kGoodEvent + ", {\"ph\": \"X\", \"name\": \"n\", \"pid\": 0, \"tid\": 0, \"ts\": 1, \"dur\": -5}]}",
+       nullptr},
+      {"ts_huge", kHeader + kGoodEvent + ", {\"ph\": \"X\", \"name\": \"n\", \"pid\": 0, \"tid\": 0, \"ts\": 1e308, \"dur\": 1e308}]}",
+       nullptr},
+
+      {"no_ts", kHeader + kGoodEvent + ", {\"ph\": \"X\", \"name\": \"n\", \"pid\": 0, \"tid\": 0}]}", nullptr},
+      {"unmatched_e", kHeader + kGoodEvent + ", {\"ph\": \"E\", \"pid\": 0, \"tid\": 0, \"ts\": 5}]}", nullptr},
+  };
+  for (const Case& c : cases) {
+    INFO("case " << c.name);
+    const fs::path p = tmp.path / (std::string(c.name) + ".json");
+    write_text(p, c.text);
+    const std::string err = load_error(p);
+    if (c.error) {
+      CHECK_THAT(err, Catch::Contains(p.string()) && Catch::Contains(c.error));
+    } else {
+      REQUIRE(err.empty());
+      const TraceModel m = load_traces({p.string()});
+      REQUIRE(m.ranks.size() == 1);
+      CHECK(m.events == 1);  // the good kernel alone
+      CHECK(m.skipped == 1);
+      CHECK(m.start_us == 1.0);
+      CHECK(m.end_us == 3.0);
+    }
+  }
+
+  // Unreadable: missing, a directory without rank files, a truncated gzip.
+  CHECK_THROWS_WITH(load_traces({(tmp.path / "missing.json").string()}), Catch::Contains("missing.json"));
+  const fs::path empty_dir = tmp.path / "empty";
+  fs::create_directories(empty_dir);
+  CHECK_THROWS_WITH(load_traces({empty_dir.string()}), Catch::Contains("empty") && Catch::Contains("no rank"));
+  const fs::path gz = tmp.path / "cut.json.gz";
+  write_gz(gz, read_text(kTraces / "02_naive_ddp" / "rank0.json"));
+  const std::string bytes = read_text(gz);
+  write_text(gz, bytes.substr(0, bytes.size() / 2));
+  CHECK_THAT(load_error(gz), Catch::Contains("cut.json.gz") && Catch::Contains("truncated"));
+
+  // A 10 MB name loads.
+  const fs::path big = tmp.path / "big_name.json";
+  write_text(big, kHeader + "{\"ph\": \"X\", \"name\": \"" + std::string(10 << 20, 'x') +
+                      "\", \"pid\": 0, \"tid\": 0, \"ts\": 1, \"dur\": 1}]}");
+  const TraceModel m = load_traces({big.string()});
+  REQUIRE(m.events == 1);
+  CHECK(m.names[m.ranks[0].lanes[0].slices[0].name].size() == size_t{10} << 20);
+}
+
+TEST_CASE("model: loads a Kineto-style trace", "[viewer]") {
+  TempDir tmp;
+  // PyTorch profiler output: string pids/tids, memory as [memory] instants, B/E, runtime and
+  // kernel linked by correlation and an ac2g flow, a ProfilerStep on the CPU and on the GPU.
+  const std::string text = R"({
+    "schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}],
+    "traceEvents": [
+      {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 4242, "tid": 4242, "ts": 100, "dur": 100},
+      {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 4242, "tid": 4242, "ts": 110, "dur": 20,
+       "args": {"External id": 7, "Input Dims": [[4, 4], [4, 4]], "Input type": ["float", "float"]}},
+      {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4242, "tid": 4242, "ts": 115, "dur": 5,
+       "args": {"correlation": 99, "cbid": 211}},
+      {"ph": "s", "id": 99, "pid": 4242, "tid": 4242, "ts": 115, "cat": "ac2g", "name": "ac2g"},
+      {"ph": "X", "cat": "kernel", "name": "volta_sgemm_128x64_nn", "pid": 0, "tid": 7, "ts": 125, "dur": 30,
+       "args": {"device": 0, "stream": 7, "correlation": 99, "registers per thread": 126}},
+      {"ph": "f", "id": 99, "pid": 0, "tid": 7, "ts": 125, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+      {"ph": "X", "cat": "gpu_user_annotation", "name": "ProfilerStep#3", "pid": 0, "tid": 7, "ts": 120, "dur": 50},
+      {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 20,
+       "ts": 130, "dur": 40, "args": {"Collective name": "allreduce", "In msg nelems": 1024, "Out msg nelems": 1024,
+       "Group size": 2, "dtype": "BFloat16", "Process Group Name": "0", "Seq": 4}},
+      {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 4242, "tid": 4242, "ts": 112,
+       "args": {"Device Type": 1, "Device Id": 0, "Bytes": 4096, "Total Allocated": 8192, "Total Reserved": 2097152}},
+      {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 4242, "tid": 4242, "ts": 113,
+       "args": {"Device Type": 0, "Device Id": -1, "Bytes": 64, "Total Allocated": 64, "Total Reserved": 0}},
+      {"ph": "B", "cat": "python_function", "name": "train.py(12): step", "pid": "Spans", "tid": "PyTorch Profiler", "ts": 101},
+      {"ph": "E", "pid": "Spans", "tid": "PyTorch Profiler", "ts": 190},
+      {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "GPU 0"}},
+      {"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "args": {"name": "stream 7"}},
+      {"ph": "M", "name": "process_sort_index", "pid": 0, "tid": 0, "args": {"sort_index": 5000000}}
+    ],
+    "traceName": "worker0.pt.trace.json"
+  })";
+  const fs::path p = tmp.path / "worker0.pt.trace.json";
+  write_text(p, text);
+  const TraceModel m = load_traces({p.string()});
+  REQUIRE(m.ranks.size() == 1);
+  const Rank& r = m.ranks[0];
+  CHECK(r.rank == 0);  // no distributedInfo: its position
+  CHECK(m.skipped == 0);
+
+  // Lanes: CPU ones (the host thread, the "Spans" lane) first, then streams 7 and 20.
+  REQUIRE(r.lanes.size() == 4);
+  CHECK(!r.lanes[0].device);
+  CHECK(!r.lanes[1].device);
+  const Lane* spans = r.lanes[0].pid < 0 ? &r.lanes[0] : &r.lanes[1];
+  const Lane* host = r.lanes[0].pid < 0 ? &r.lanes[1] : &r.lanes[0];
+  CHECK(spans->name == "PyTorch Profiler");
+  CHECK(spans->process == "Spans");
+  REQUIRE(spans->slices.size() == 1);
+  CHECK(spans->slices[0].category == Category::cpu_op);
+  CHECK(spans->slices[0].end_us == 190);
+  CHECK(host->name == "thread 4242");
+  REQUIRE(host->slices.size() == 3);
+  CHECK(host->slices[0].category == Category::annotation);
+  CHECK(host->slices[1].depth == 1);
+  CHECK(host->slices[2].depth == 2);
+  CHECK(host->slices[2].category == Category::runtime);
+  CHECK(r.lanes[2].device);
+  CHECK(r.lanes[2].name == "stream 7");
+  CHECK(r.lanes[2].process == "GPU 0");
+  CHECK(r.lanes[2].process_sort_index == 5000000);
+  CHECK(r.lanes[3].name == "stream 20");
+  CHECK(r.lanes[3].slices[0].category == Category::comm);
+  CHECK(json::parse(m.args_json[host->slices[1].args])["Input Dims"] == json::parse("[[4, 4], [4, 4]]"));
+
+  // The flow links the launch to its kernel.
+  REQUIRE(r.flows.size() == 1);
+  const Flow& f = r.flows[0];
+  CHECK(f.id == 99);
+  CHECK(&r.lanes[static_cast<size_t>(f.from_lane)] == host);
+  CHECK(f.to_lane == 2);
+  CHECK(host->slices[static_cast<size_t>(f.from_slice)].correlation == 99);
+  CHECK(m.names[r.lanes[2].slices[static_cast<size_t>(f.to_slice)].name] == "volta_sgemm_128x64_nn");
+
+  // Timeline: the CPU step only, kernels and the collective, GPU memory only.
+  REQUIRE(r.timeline.steps.size() == 1);
+  CHECK(r.timeline.steps[0].step == 3);
+  CHECK(r.timeline.slices.size() == 2);
+  REQUIRE(r.timeline.collectives.size() == 1);
+  CHECK(collective_bytes(r.timeline.collectives[0]) == 2048);
+  CHECK(r.timeline.collectives[0].group_size == 2);
+  REQUIRE(r.timeline.memory.size() == 1);
+  CHECK(r.timeline.memory[0].allocated == 8192);
+  CHECK(r.timeline.memory[0].reserved == 2097152);
+  const auto steps = step_metrics(r.timeline);
+  REQUIRE(steps.size() == 1);
+  CHECK(steps[0].compute_us == 30);
+  CHECK(steps[0].comm_us == 40);
+  CHECK(steps[0].overlap_us == 25);
+  CHECK(steps[0].peak_allocated == 8192);
+}

@@ -1,0 +1,232 @@
+// app.cpp: the state's indices and helpers, and the one description of a slice (tooltip and
+// details panel show the same words).
+#include "app.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+namespace shardlab::viewer::app {
+
+Run make_run(std::string label, TraceModel model, int run_index) {
+  Run run;
+  run.label = std::move(label);
+  run.model = std::move(model);
+  for (size_t r = 0; r < run.model.ranks.size(); ++r) {
+    const Rank& rank = run.model.ranks[r];
+    auto& lanes = run.depth_index.emplace_back();
+    auto& corr = run.by_correlation.emplace_back();
+    double& counter_max = run.counter_max.emplace_back(0.0);
+    for (const Counter& c : rank.counters)
+      for (const auto& [t, v] : c.samples) counter_max = std::max(counter_max, v);
+    run.steps.push_back(step_metrics(rank.timeline));
+    for (size_t l = 0; l < rank.lanes.size(); ++l) {
+      const Lane& lane = rank.lanes[l];
+      DepthIndex& index = lanes.emplace_back(size_t{lane.max_depth} + 1);
+      for (uint32_t i = 0; i < lane.slices.size(); ++i) {
+        const Slice& s = lane.slices[i];
+        DepthRow& row = index[std::min<size_t>(s.depth, lane.max_depth)];
+        if (row.busy_us.empty()) row.busy_us.push_back(0);
+        row.slices.push_back(i);
+        row.busy_us.push_back(row.busy_us.back() + (s.end_us - s.start_us));
+        if (s.correlation != 0)
+          corr[s.correlation].push_back({run_index, static_cast<int>(r), static_cast<int>(l), i});
+      }
+    }
+  }
+  return run;
+}
+
+bool AppState::filtering() const {
+  return searching() || std::find(show_category.begin(), show_category.end(), false) != show_category.end();
+}
+
+double AppState::full_t0() const {
+  double t = runs.empty() ? 0 : runs[0].model.start_us + runs[0].offset_us;
+  for (const Run& r : runs) t = std::min(t, r.model.start_us + r.offset_us);
+  return t;
+}
+
+double AppState::full_t1() const {
+  double t = runs.empty() ? 1 : runs[0].model.end_us + runs[0].offset_us;
+  for (const Run& r : runs) t = std::max(t, r.model.end_us + r.offset_us);
+  return t;
+}
+
+void AppState::fit(double t0, double t1) {
+  const double margin = std::max(t1 - t0, 1e-3) * 0.02;
+  view_t0 = t0 - margin;
+  view_t1 = t1 + margin;
+}
+
+void AppState::update_search() {
+  std::string needle = search;
+  std::transform(needle.begin(), needle.end(), needle.begin(), [](unsigned char c) { return std::tolower(c); });
+  name_matches.assign(runs.size(), {});
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const auto& names = runs[r].model.names;
+    name_matches[r].resize(names.size());
+    for (size_t i = 0; i < names.size(); ++i) {
+      std::string name = names[i];
+      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+      name_matches[r][i] = !needle.empty() && name.find(needle) != std::string::npos;
+    }
+  }
+  match_count = 0;
+  if (!searching()) return;
+  for (size_t r = 0; r < runs.size(); ++r)
+    for (const Rank& rank : runs[r].model.ranks)
+      for (const Lane& lane : rank.lanes)
+        for (const Slice& s : lane.slices) match_count += name_matches[r][s.name];
+}
+
+static std::optional<double> step_start(const Run& run, int step) {
+  if (run.model.ranks.empty()) return std::nullopt;
+  for (const StepWindow& w : run.model.ranks[0].timeline.steps)
+    if (w.step == step) return w.start_us;
+  return std::nullopt;
+}
+
+void AppState::align_runs() {
+  if (runs.size() < 2) return;
+  const auto a = step_start(runs[0], align_step), b = step_start(runs[1], align_step);
+  // Without that step in both runs, both start at their first event.
+  runs[1].offset_us = a && b ? *a - *b : runs[0].model.start_us - runs[1].model.start_us;
+}
+
+const Slice* AppState::slice(const SliceRef& r) const {
+  if (!r.valid()) return nullptr;
+  return &runs[r.run].model.ranks[r.rank].lanes[r.lane].slices[r.slice];
+}
+
+ImU32 category_color(Category c) {
+  switch (c) {
+    case Category::compute: return IM_COL32(66, 133, 244, 255);
+    case Category::comm: return IM_COL32(245, 140, 30, 255);
+    case Category::comm_wait: return IM_COL32(250, 200, 140, 255);
+    case Category::memcpy: return IM_COL32(60, 180, 90, 255);
+    case Category::runtime: return IM_COL32(140, 140, 140, 255);
+    case Category::cpu_op: return IM_COL32(200, 200, 200, 255);
+    case Category::annotation: return IM_COL32(150, 100, 210, 255);
+    case Category::other: break;
+  }
+  return IM_COL32(110, 120, 150, 255);
+}
+
+const char* category_name(Category c) {
+  switch (c) {
+    case Category::compute: return "compute";
+    case Category::comm: return "comm";
+    case Category::comm_wait: return "comm wait";
+    case Category::memcpy: return "memcpy";
+    case Category::runtime: return "runtime";
+    case Category::cpu_op: return "cpu op";
+    case Category::annotation: return "annotation";
+    case Category::other: break;
+  }
+  return "other";
+}
+
+std::string format_time(double us) {
+  char buf[32];
+  if (std::abs(us) < 1e-6) us = 0;  // float noise from interval sums, not "1.1e-10 ns"
+  const double a = std::abs(us);
+  if (a >= 1e6) std::snprintf(buf, sizeof buf, "%.4g s", us / 1e6);
+  else if (a >= 1e3) std::snprintf(buf, sizeof buf, "%.4g ms", us / 1e3);
+  else if (a >= 1 || a == 0) std::snprintf(buf, sizeof buf, "%.4g us", us);
+  else std::snprintf(buf, sizeof buf, "%.4g ns", us * 1e3);
+  return buf;
+}
+
+std::string format_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::abs(b) >= 1024 && u < 4) b /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
+  return buf;
+}
+
+static int dtype_bytes(const std::string& dtype) {
+  if (dtype == "Double" || dtype == "Long") return 8;
+  if (dtype == "Half" || dtype == "BFloat16" || dtype == "Short") return 2;
+  if (dtype == "Byte" || dtype == "Char" || dtype == "Bool") return 1;
+  return 4;
+}
+
+// Args come from files: read them without trusting their types.
+static double number(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+static std::string string(const nlohmann::json& j, const char* key) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string{};
+}
+
+void slice_details(const AppState& app, const SliceRef& ref) {
+  const Run& run = app.runs[ref.run];
+  const Rank& rank = run.model.ranks[ref.rank];
+  const Lane& lane = rank.lanes[ref.lane];
+  const Slice& s = lane.slices[ref.slice];
+  const double dur = s.end_us - s.start_us;
+
+  ImGui::ColorButton("##category", ImGui::ColorConvertU32ToFloat4(category_color(s.category)),
+                     ImGuiColorEditFlags_NoTooltip, {ImGui::GetFontSize(), ImGui::GetFontSize()});
+  ImGui::SameLine();
+  ImGui::TextUnformatted(run.model.names[s.name].c_str());
+  ImGui::TextDisabled("%s  |  rank %d, %s%s", category_name(s.category), rank.rank, lane.name.c_str(),
+                      app.runs.size() > 1 ? (ref.run == 0 ? "  |  run" : "  |  compared run") : "");
+  ImGui::Text("start %s   duration %s   end %s", format_time(s.start_us).c_str(), format_time(dur).c_str(),
+              format_time(s.end_us).c_str());
+
+  const std::string& text = run.model.args_json[s.args];
+  const nlohmann::json args = nlohmann::json::parse(text, nullptr, false);
+  if (args.is_object() && !args.empty()) {
+    ImGui::Separator();
+    for (const auto& [key, value] : args.items())
+      ImGui::Text("%s: %s", key.c_str(), value.is_string() ? value.get<std::string>().c_str() : value.dump().c_str());
+  }
+
+  // Achieved rates: what the kernel moved and computed per second; for a collective, the bus
+  // bandwidth nccl-tests reports (comparable across world sizes).
+  if (args.is_object() && dur > 0) {
+    const double bytes = number(args, "bytes"), flops = number(args, "flops");
+    if (bytes > 0 || flops > 0) {
+      ImGui::Separator();
+      if (bytes > 0) ImGui::Text("achieved %.1f GB/s", bytes / (dur * 1e3));
+      if (flops > 0) ImGui::Text("achieved %.2f TFLOP/s", flops / (dur * 1e6));
+    }
+    if (s.category == Category::comm && args.contains("Collective name")) {
+      CollectiveRecord c;
+      c.name = string(args, "Collective name");
+      c.in_nelems = static_cast<int64_t>(number(args, "In msg nelems"));
+      c.out_nelems = args.contains("Out msg nelems") ? static_cast<int64_t>(number(args, "Out msg nelems")) : c.in_nelems;
+      c.dtype_bytes = dtype_bytes(string(args, "dtype"));
+      c.group_size = std::max(1, static_cast<int>(number(args, "Group size")));
+      const int64_t bytes_s = collective_bytes(c);
+      const double algbw = static_cast<double>(bytes_s) / (dur * 1e3);
+      ImGui::Separator();
+      ImGui::Text("%s of %s over %d ranks", c.name.c_str(), format_bytes(static_cast<double>(bytes_s)).c_str(), c.group_size);
+      ImGui::Text("algbw %.1f GB/s   busbw %.1f GB/s", algbw, algbw * bus_factor(c.name, c.group_size));
+    }
+  }
+
+  if (s.correlation != 0) {
+    const auto& peers = run.by_correlation[ref.rank];
+    if (auto it = peers.find(s.correlation); it != peers.end())
+      for (const SliceRef& p : it->second)
+        if (!(p == ref)) {
+          const Slice& ps = *app.slice(p);
+          ImGui::TextDisabled("correlation %llu -> %s on %s at %s", static_cast<unsigned long long>(s.correlation),
+                              run.model.names[ps.name].c_str(), rank.lanes[p.lane].name.c_str(),
+                              format_time(ps.start_us).c_str());
+        }
+  }
+}
+
+}  // namespace shardlab::viewer::app

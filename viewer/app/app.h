@@ -1,0 +1,87 @@
+// app.h: the viewer's state, shared by the timeline widget and the panels.
+//
+// One AppState per window. A Run is a loaded TraceModel plus what the drawing needs on top of it
+// (per-depth slice indices, the correlation index for flows) and its offset on the shared time
+// axis (a compared run is shifted so both align at a chosen step).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <imgui.h>
+
+#include "metrics.h"
+#include "trace_model.h"
+
+namespace shardlab::viewer::app {
+
+constexpr int kCategories = 8;  // the number of Category values
+
+// Slices of one lane at one depth, by index into Lane::slices. Slices at one depth never overlap
+// (they nest strictly), so both their starts and their ends are sorted: the visible ones are
+// found by one binary search on the end, even when a long parent starts far before the window.
+struct DepthRow {
+  std::vector<uint32_t> slices;
+  std::vector<double> busy_us;  // busy_us[i]: the summed duration of slices[0..i), so a folded
+                                // block knows how busy it is without visiting its slices
+};
+using DepthIndex = std::vector<DepthRow>;
+
+struct SliceRef {
+  int run = -1, rank = -1, lane = -1;
+  uint32_t slice = 0;
+  bool valid() const { return run >= 0; }
+  bool operator==(const SliceRef&) const = default;
+};
+
+struct Run {
+  std::string label;  // the paths it was loaded from
+  TraceModel model;
+  double offset_us = 0;  // added to every time of this run to place it on the shared axis
+  std::vector<std::vector<DepthIndex>> depth_index;  // [rank][lane]
+  std::vector<std::unordered_map<uint64_t, std::vector<SliceRef>>> by_correlation;  // [rank]
+  std::vector<double> counter_max;  // [rank]: the largest counter value, the memory graph's scale
+  std::vector<std::vector<StepMetrics>> steps;  // [rank]: step_metrics, computed once
+};
+
+// Builds the indices above (once, after loading).
+Run make_run(std::string label, TraceModel model, int run_index);
+
+struct AppState {
+  std::vector<Run> runs;  // [0] the run, [1] the compared one (--compare)
+  double view_t0 = 0, view_t1 = 1;  // the visible window on the shared axis, microseconds
+  SliceRef hovered, selected;
+  std::optional<std::pair<double, double>> range;  // shift-drag selection on the shared axis
+  std::array<bool, kCategories> show_category{true, true, true, true, true, true, true, true};
+  char search[128] = "";
+  std::vector<std::vector<bool>> name_matches;  // [run][interned name], rebuilt when search changes
+  size_t match_count = 0;                        // slices whose name matches, over every run
+  int align_step = 1;  // compare: the step both runs are aligned at
+  int panel_tab = -1;  // a bottom panel to bring to the front (-1: leave as is)
+
+  bool searching() const { return search[0] != '\0'; }
+  bool filtering() const;
+  double full_t0() const;
+  double full_t1() const;
+  void fit(double t0, double t1);  // shows [t0, t1] with a small margin
+  void fit_all() { fit(full_t0(), full_t1()); }
+  void update_search();
+  void align_runs();  // sets runs[1].offset_us so both runs' align_step starts coincide (rank 0)
+  const Slice* slice(const SliceRef& r) const;
+};
+
+// Looks and words, shared by the widget and the panels.
+ImU32 category_color(Category c);
+const char* category_name(Category c);
+std::string format_time(double us);   // "12.5 ms", "850 ns"
+std::string format_bytes(double b);   // "1.25 GiB"
+
+// A slice's description: name, times, lane, args, achieved rates; for tooltips and details.
+void slice_details(const AppState& app, const SliceRef& ref);
+
+}  // namespace shardlab::viewer::app

@@ -1,0 +1,190 @@
+// lanes.cpp: a lane's slices, touching only the visible ones; a rank's memory counters; the
+// launch -> kernel arrows.
+#include "lanes.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace shardlab::viewer::app {
+namespace {
+
+ImU32 scale(ImU32 c, float f, int alpha = 255) {
+  ImVec4 v = ImGui::ColorConvertU32ToFloat4(c);
+  return IM_COL32(static_cast<int>(v.x * f * 255), static_cast<int>(v.y * f * 255), static_cast<int>(v.z * f * 255), alpha);
+}
+
+bool light(ImU32 c) {
+  const ImVec4 v = ImGui::ColorConvertU32ToFloat4(c);
+  return 0.299f * v.x + 0.587f * v.y + 0.114f * v.z > 0.6f;
+}
+
+void draw_slice(ImDrawList* dl, const AppState& app, const Run& run, const Slice& s, bool match, float x0, float x1,
+                float top, const Mapping& m) {
+  const float cx0 = std::max(x0, m.x0 - 2), cx1 = std::min(x1, m.x0 + m.width + 2);
+  const bool dim = app.searching() && !match;
+  const ImU32 base = category_color(s.category);
+  dl->AddRectFilled({cx0, top}, {cx1, top + kRowHeight - 1}, dim ? scale(base, 0.35f) : base);
+  if (match) dl->AddRect({cx0, top}, {cx1, top + kRowHeight - 1}, IM_COL32(255, 230, 0, 255), 0, 0, 2);
+  if (cx1 - cx0 < 20) return;
+  // The name where it fits: centred, else clipped at the slice's right edge.
+  const char* name = run.model.names[s.name].c_str();
+  const float w = ImGui::CalcTextSize(name).x;
+  const float tx = w + 8 < cx1 - cx0 ? (cx0 + cx1 - w) / 2 : cx0 + 4;
+  const ImVec4 clip(cx0 + 2, top, cx1 - 2, top + kRowHeight);
+  const ImU32 text = dim ? IM_COL32(150, 150, 150, 255) : light(base) ? IM_COL32(20, 20, 20, 255) : IM_COL32(255, 255, 255, 255);
+  dl->AddText(ImGui::GetFont(), ImGui::GetFontSize(), {tx, top + (kRowHeight - ImGui::GetFontSize()) / 2 - 1}, text, name,
+              nullptr, 0, &clip);
+}
+
+}  // namespace
+
+// One lane's slices, depth row by depth row, only the visible ones.
+void draw_lane(ImDrawList* dl, AppState& app, int run_i, int rank_i, int lane_i, float y, Frame& f) {
+  const Run& run = app.runs[run_i];
+  const Lane& lane = run.model.ranks[rank_i].lanes[lane_i];
+  const DepthIndex& index = run.depth_index[rank_i][lane_i];
+  const Mapping& m = f.map;
+  const double t0 = m.t0 - run.offset_us, t1 = m.t1 - run.offset_us;  // the window in the run's times
+  const double min_us = kMinSlicePx * m.us_per_px();
+  const bool filtering = app.filtering();
+  const std::vector<bool>& matches = app.name_matches[run_i];
+  const ImVec2 mouse = ImGui::GetMousePos();
+  auto shown = [&](const Slice& s) { return app.show_category[static_cast<size_t>(s.category)]; };
+  auto match = [&](const Slice& s) { return app.searching() && matches[s.name]; };
+
+  for (size_t d = 0; d < index.size(); ++d) {
+    const DepthRow& row = index[d];
+    const std::vector<uint32_t>& idx = row.slices;
+    const float top = slice_top(y, static_cast<int>(d)), bottom = top + kRowHeight - 1;
+    const bool mouse_in_row = mouse.y >= top && mouse.y < bottom;
+    auto at = [&](size_t i) -> const Slice& { return lane.slices[idx[i]]; };
+    // The first slice that ends inside the window: one binary search, however long its parent.
+    size_t i = std::partition_point(idx.begin(), idx.end(), [&](uint32_t k) { return lane.slices[k].end_us <= t0; }) - idx.begin();
+    while (i < idx.size() && at(i).start_us < t1) {
+      const Slice& s = at(i);
+      const float x0 = m.x(s.start_us + run.offset_us), x1 = m.x(s.end_us + run.offset_us);
+      if (x1 - x0 >= kMinSlicePx) {
+        if (shown(s)) {
+          draw_slice(dl, app, run, s, match(s), x0, x1, top, m);
+          if (mouse_in_row && mouse.x >= x0 && mouse.x < x1) app.hovered = {run_i, rank_i, lane_i, idx[i]};
+          if (app.selected == SliceRef{run_i, rank_i, lane_i, idx[i]})
+            dl->AddRect({x0 - 1, top - 1}, {x1 + 1, bottom + 1}, IM_COL32(255, 255, 255, 255), 0, 0, 2);
+        }
+        ++i;
+        continue;
+      }
+      // A run of narrow slices becomes one block of a few pixels (Tracy's trick), drawn as a bar
+      // as high as the block is busy: a launch-bound stretch looks sparse, not solid. Unfiltered,
+      // the block's slices are skipped by binary search and its busy time comes from the prefix
+      // sums, so a zoomed-out million-slice lane costs a few searches per block, not a visit per slice.
+      Fold fold{0, s.start_us, s.end_us, 0};
+      const double limit = s.start_us + kMaxFoldPx * m.us_per_px();
+      bool any_match = false;
+      size_t j = i;
+      if (!filtering) {
+        j = i + 1;
+        while (j < idx.size()) {
+          const double until = std::min(fold.t1 + min_us, limit);
+          const size_t k = std::partition_point(idx.begin() + j, idx.end(), [&](uint32_t n) {
+            return lane.slices[n].start_us < until; }) - idx.begin();
+          if (k == j) break;
+          const Slice& last = at(k - 1);
+          if (last.end_us - last.start_us >= min_us) {  // a wide slice ends the block before it
+            if (k - 1 > j) fold.t1 = at(k - 2).end_us;
+            j = k - 1;
+            break;
+          }
+          fold.t1 = last.end_us;
+          j = k;
+        }
+        fold.count = j - i;
+        fold.busy_us = row.busy_us[j] - row.busy_us[i];
+      } else {  // hidden categories and search matches need a look at every slice
+        for (; j < idx.size(); ++j) {
+          const Slice& n = at(j);
+          if (j > i && (n.start_us >= std::min(fold.t1 + min_us, limit) || n.end_us - n.start_us >= min_us)) break;
+          if (!shown(n)) continue;
+          ++fold.count;
+          fold.t1 = std::max(fold.t1, n.end_us);
+          fold.busy_us += n.end_us - n.start_us;
+          any_match = any_match || match(n);
+        }
+      }
+      i = j;
+      if (fold.count == 0) continue;
+      const float fx0 = std::max(m.x(fold.t0 + run.offset_us), m.x0 - 2);
+      const float fx1 = std::clamp(m.x(fold.t1 + run.offset_us), fx0 + 1, m.x0 + m.width + 2);
+      const double span = fold.t1 - fold.t0;
+      const float busy = span > 0 ? static_cast<float>(std::min(1.0, fold.busy_us / span)) : 1.f;
+      const ImU32 base = app.searching() && !any_match ? scale(category_color(s.category), 0.35f) : category_color(s.category);
+      dl->AddRectFilled({fx0, top}, {fx1, bottom}, scale(base, 1, 50));
+      dl->AddRectFilled({fx0, bottom - std::max(2.f, busy * (kRowHeight - 1))}, {fx1, bottom}, base);
+      if (any_match) dl->AddRect({fx0, top}, {fx1, bottom}, IM_COL32(255, 230, 0, 255), 0, 0, 2);
+      if (mouse_in_row && mouse.x >= fx0 && mouse.x < fx1) f.hovered_fold = fold;
+    }
+  }
+}
+
+// The memory counters of a rank as a step graph, one column per pixel holding the largest
+// value in effect there (so a spike narrower than a pixel still shows).
+void draw_counters(ImDrawList* dl, const Run& run, int rank_i, float y, const Mapping& m) {
+  const Rank& rank = run.model.ranks[rank_i];
+  const double vmax = run.counter_max[rank_i];
+  if (vmax <= 0) return;
+  const int width = static_cast<int>(m.width);
+  std::vector<float> column(static_cast<size_t>(width));
+  const float bottom = y + kCounterHeight - 4, h = kCounterHeight - 10;
+  // Clamped before the cast: deep zoom puts far samples billions of pixels away.
+  auto column_of = [&](double t) {
+    return static_cast<int>(std::clamp(m.x(t + run.offset_us) - m.x0, -1.f, static_cast<float>(width)));
+  };
+  for (const Counter& counter : rank.counters) {
+    std::fill(column.begin(), column.end(), -1.f);
+    const auto& s = counter.samples;
+    const double t0 = m.t0 - run.offset_us, t1 = m.t1 - run.offset_us;
+    size_t i = std::partition_point(s.begin(), s.end(), [&](const auto& p) { return p.first <= t0; }) - s.begin();
+    for (i = i > 0 ? i - 1 : 0; i < s.size() && s[i].first < t1; ++i) {
+      const double next = i + 1 < s.size() ? s[i + 1].first : run.model.end_us;
+      const int c0 = std::max(0, column_of(s[i].first)), c1 = std::min(width - 1, column_of(next));
+      const float v = static_cast<float>(s[i].second / vmax);
+      for (int c = c0; c <= c1; ++c) column[static_cast<size_t>(c)] = std::max(column[static_cast<size_t>(c)], v);
+    }
+    // Reserved is the allocator's envelope: a line; allocated (and anything else) is filled.
+    const bool line = counter.name.find("reserved") != std::string::npos;
+    const ImU32 col = line ? IM_COL32(240, 90, 90, 255) : IM_COL32(45, 180, 170, 200);
+    for (int c = 0; c < width; ++c) {
+      const float v = column[static_cast<size_t>(c)];
+      if (v < 0) continue;
+      const float x = m.x0 + static_cast<float>(c), top = bottom - v * h;
+      if (line) dl->AddRectFilled({x, top - 1}, {x + 1, top + 1}, col);
+      else dl->AddRectFilled({x, top}, {x + 1, bottom}, col);
+    }
+  }
+}
+
+// Arrows between a slice and each slice sharing its correlation, pointing as the work went:
+// from the CPU's launch to the kernel on its stream.
+void draw_flows(ImDrawList* dl, const AppState& app, const SliceRef& ref, const Frame& f) {
+  const Slice& s = *app.slice(ref);
+  if (s.correlation == 0) return;
+  const Run& run = app.runs[ref.run];
+  const auto& peers = run.by_correlation[ref.rank];
+  const auto it = peers.find(s.correlation);
+  if (it == peers.end()) return;
+  for (SliceRef p : it->second) {
+    if (p == ref) continue;
+    SliceRef from = ref;
+    if (run.model.ranks[ref.rank].lanes[ref.lane].device) std::swap(from, p);
+    const float y0 = f.lane_y[from.run][from.rank][from.lane], y1 = f.lane_y[p.run][p.rank][p.lane];
+    if (std::isnan(y0) || std::isnan(y1)) continue;
+    const Slice &fs = *app.slice(from), &ps = *app.slice(p);
+    const ImVec2 a(f.map.x(fs.start_us + run.offset_us), slice_top(y0, fs.depth) + kRowHeight / 2);
+    const ImVec2 b(f.map.x(ps.start_us + run.offset_us), slice_top(y1, ps.depth) + kRowHeight / 2);
+    const float bend = std::max(20.f, std::abs(b.y - a.y) / 2);
+    const ImU32 col = IM_COL32(255, 255, 255, 230);
+    dl->AddBezierCubic(a, {a.x, a.y + (b.y > a.y ? bend : -bend)}, {b.x - bend, b.y}, b, col, 2);
+    dl->AddTriangleFilled(b, {b.x - 8, b.y - 5}, {b.x - 8, b.y + 5}, col);
+  }
+}
+
+}  // namespace shardlab::viewer::app

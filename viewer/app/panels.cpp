@@ -1,0 +1,220 @@
+// panels.cpp: the toolbar and the tabs under the timeline. Every figure comes from
+// common/metrics.h, the code behind the run summary, so the viewer and the summary agree.
+#include "panels.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace shardlab::viewer::app {
+namespace {
+
+constexpr ImGuiTableFlags kTableFlags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
+                                        ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingStretchProp;
+
+void time_cell(double us) {
+  ImGui::TableNextColumn();
+  ImGui::TextUnformatted(format_time(us).c_str());
+}
+
+// A time and its share of the window: "1.2 ms (34%)".
+void share_cell(double us, double window_us) {
+  ImGui::TableNextColumn();
+  ImGui::Text("%s (%.0f%%)", format_time(us).c_str(), window_us > 0 ? 100 * us / window_us : 0.0);
+}
+
+void headers(std::initializer_list<const char*> names) {
+  for (const char* n : names) ImGui::TableSetupColumn(n);
+  ImGui::TableSetupScrollFreeze(0, 1);
+  ImGui::TableHeadersRow();
+}
+
+void details_tab(const AppState& app) {
+  if (app.selected.valid()) slice_details(app, app.selected);
+  else ImGui::TextDisabled("Click a slice to see its details; hover one for a quick look.");
+}
+
+void steps_tab(AppState& app) {
+  if (!ImGui::BeginTable("steps", 10, kTableFlags)) return;
+  headers({"rank", "step", "step time", "compute", "comm", "overlapped", "exposed comm", "idle", "peak allocated",
+           "peak reserved"});
+  for (size_t r = 0; r < app.runs.size(); ++r) {
+    const Run& run = app.runs[r];
+    for (size_t k = 0; k < run.steps.size(); ++k)
+      for (const StepMetrics& s : run.steps[k]) {
+        ImGui::TableNextRow();
+        ImGui::TableNextColumn();
+        char label[48];
+        std::snprintf(label, sizeof label, "%s%d##%zu.%d.%d", r ? "cmp " : "", s.rank, r, s.rank, s.step);
+        // Clicking a row shows that step.
+        if (ImGui::Selectable(label, false, ImGuiSelectableFlags_SpanAllColumns))
+          for (const StepWindow& w : run.model.ranks[k].timeline.steps)
+            if (w.step == s.step) app.fit(w.start_us + run.offset_us, w.end_us + run.offset_us);
+        ImGui::TableNextColumn();
+        ImGui::Text("%d", s.step);
+        time_cell(s.step_us);
+        share_cell(s.compute_us, s.step_us);
+        share_cell(s.comm_us, s.step_us);
+        share_cell(s.overlap_us, s.step_us);
+        share_cell(s.exposed_comm_us, s.step_us);
+        share_cell(s.idle_us, s.step_us);
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(format_bytes(static_cast<double>(s.peak_allocated)).c_str());
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(format_bytes(static_cast<double>(s.peak_reserved)).c_str());
+      }
+  }
+  ImGui::EndTable();
+}
+
+void range_tab(const AppState& app) {
+  if (!app.range) {
+    ImGui::TextDisabled("Shift-drag on the timeline to select a time range.");
+    return;
+  }
+  const auto [t0, t1] = *app.range;
+  ImGui::Text("%s to %s: %s", format_time(t0).c_str(), format_time(t1).c_str(), format_time(t1 - t0).c_str());
+  // Recomputed only when the range changes: a drag moves it every frame, but a still range
+  // should cost nothing on a big trace.
+  static std::pair<double, double> cached{-1, -1};
+  static std::vector<std::pair<std::string, RangeMetrics>> rows;
+  if (cached != *app.range) {
+    cached = *app.range;
+    rows.clear();
+    for (size_t r = 0; r < app.runs.size(); ++r)
+      for (const Rank& rank : app.runs[r].model.ranks)
+        rows.emplace_back((r ? "cmp " : "") + std::to_string(rank.rank),
+                          range_metrics(rank.timeline, t0 - app.runs[r].offset_us, t1 - app.runs[r].offset_us));
+  }
+  if (!ImGui::BeginTable("range", 8, kTableFlags)) return;
+  headers({"rank", "compute", "comm", "overlapped", "exposed comm", "comm wait", "memcpy", "idle"});
+  for (const auto& [rank, m] : rows) {
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(rank.c_str());
+    for (double v : {m.compute_us, m.comm_us, m.overlap_us, m.exposed_comm_us, m.comm_wait_us, m.memcpy_us, m.idle_us})
+      share_cell(v, m.window_us);
+  }
+  ImGui::EndTable();
+}
+
+// Every step of every rank of a run, averaged: the figure a strategy comparison quotes.
+struct Averages {
+  double v[9] = {};
+};
+
+Averages averages(const Run& run) {
+  Averages a;
+  int n = 0;
+  for (const auto& rank_steps : run.steps)
+    for (const StepMetrics& s : rank_steps) {
+      const double row[9] = {s.step_us, s.compute_us, s.comm_us, s.overlap_us, s.exposed_comm_us, s.comm_wait_us,
+                             s.idle_us, static_cast<double>(s.peak_allocated), static_cast<double>(s.peak_reserved)};
+      for (int i = 0; i < 9; ++i) a.v[i] += row[i];
+      ++n;
+    }
+  for (double& v : a.v) v /= n > 0 ? n : 1;
+  return a;
+}
+
+void compare_tab(const AppState& app) {
+  if (app.runs.size() < 2) {
+    ImGui::TextDisabled("Start with --compare PATH to put a second run below this one.");
+    return;
+  }
+  const Averages a = averages(app.runs[0]), b = averages(app.runs[1]);
+  const char* names[9] = {"step time", "compute", "comm", "overlapped", "exposed comm", "comm wait", "idle",
+                          "peak allocated", "peak reserved"};
+  if (!ImGui::BeginTable("compare", 5, kTableFlags)) return;
+  headers({"per step, averaged over ranks", "run", "compared", "difference", "change"});
+  for (int i = 0; i < 9; ++i) {
+    const bool bytes = i >= 7;
+    auto fmt = [&](double v) { return bytes ? format_bytes(v) : format_time(v); };
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(names[i]);
+    for (double v : {a.v[i], b.v[i], b.v[i] - a.v[i]}) {
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(fmt(v).c_str());
+    }
+    ImGui::TableNextColumn();
+    if (a.v[i] != 0) {
+      const double pct = 100 * (b.v[i] - a.v[i]) / a.v[i];
+      // Less time or memory is better for every row: green when the compared run wins.
+      if (std::abs(pct) < 0.05) ImGui::TextUnformatted("same");
+      else ImGui::TextColored(pct < 0 ? ImVec4(0.4f, 0.9f, 0.4f, 1) : ImVec4(1, 0.5f, 0.4f, 1), "%+.1f%%", pct);
+    }
+  }
+  ImGui::EndTable();
+}
+
+}  // namespace
+
+void toolbar(AppState& app) {
+  ImGui::SetNextItemWidth(220);
+  if (ImGui::InputTextWithHint("##search", "search names", app.search, sizeof app.search)) app.update_search();
+  if (app.searching()) {
+    ImGui::SameLine();
+    ImGui::TextDisabled("%zu matches", app.match_count);
+  }
+  for (int c = 0; c < kCategories; ++c) {
+    const auto cat = static_cast<Category>(c);
+    ImGui::SameLine();
+    // A colour swatch as the checkbox's legend.
+    const ImVec2 p = ImGui::GetCursorScreenPos();
+    const float h = ImGui::GetFrameHeight();
+    ImGui::GetWindowDrawList()->AddRectFilled({p.x, p.y + 4}, {p.x + 10, p.y + h - 4}, category_color(cat));
+    ImGui::Dummy({12, h});
+    ImGui::SameLine(0, 2);
+    ImGui::Checkbox(category_name(cat), &app.show_category[static_cast<size_t>(c)]);
+  }
+  if (app.runs.size() > 1 && !app.runs[0].model.ranks.empty()) {
+    ImGui::SameLine(0, 24);
+    ImGui::SetNextItemWidth(90);
+    char current[32];
+    std::snprintf(current, sizeof current, "step %d", app.align_step);
+    if (ImGui::BeginCombo("align runs", current)) {
+      for (const StepWindow& w : app.runs[0].model.ranks[0].timeline.steps) {
+        std::snprintf(current, sizeof current, "step %d", w.step);
+        if (ImGui::Selectable(current, w.step == app.align_step)) {
+          app.align_step = w.step;
+          app.align_runs();
+        }
+      }
+      ImGui::EndCombo();
+    }
+  }
+  ImGui::SameLine(0, 24);
+  ImGui::TextDisabled("(?)");
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("wheel: zoom at the cursor   Ctrl+wheel: scroll   drag: pan\n"
+                      "Shift+drag: select a range   click: select a slice\n"
+                      "W/S: zoom   A/D: pan   F: fit the selection   Home: fit everything");
+}
+
+void panels(AppState& app) {
+  if (!ImGui::BeginTabBar("panels")) return;
+  auto tab = [&](const char* name, Tab t) {
+    const bool requested = app.panel_tab == t;
+    return ImGui::BeginTabItem(name, nullptr, requested ? ImGuiTabItemFlags_SetSelected : 0);
+  };
+  if (tab("Details", tab_details)) {
+    details_tab(app);
+    ImGui::EndTabItem();
+  }
+  if (tab("Steps", tab_steps)) {
+    steps_tab(app);
+    ImGui::EndTabItem();
+  }
+  if (tab("Range", tab_range)) {
+    range_tab(app);
+    ImGui::EndTabItem();
+  }
+  if (tab("Compare", tab_compare)) {
+    compare_tab(app);
+    ImGui::EndTabItem();
+  }
+  app.panel_tab = -1;
+  ImGui::EndTabBar();
+}
+
+}  // namespace shardlab::viewer::app
