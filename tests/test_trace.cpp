@@ -2,8 +2,9 @@
 // HTA's rank regex and flow pairing, and be byte-identical for identical calls.
 #include <catch2/catch.hpp>
 
+#include "test_files.h"
+
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -13,7 +14,6 @@
 #include <set>
 #include <sstream>
 
-#include <unistd.h>
 
 #include "trace.h"
 
@@ -23,27 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory per use, removed afterwards (ctest runs test cases in parallel processes).
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("shardlab_test_trace_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 constexpr int kCompute = 7, kComm = 13;
 
@@ -138,7 +117,7 @@ TEST_CASE("TraceArgs serializes in insertion order as valid JSON", "[trace]") {
 }
 
 TEST_CASE("trace file header: field order and HTA's rank regex", "[trace]") {
-  TempDir dir;
+  TempDir dir("shardlab_test_trace");
   const TraceRecorder t = make_trace(3);
   std::string text;
   const fs::path file = dir.path / "run" / "rank3.json";  // parent directories are created
@@ -164,7 +143,7 @@ TEST_CASE("trace file header: field order and HTA's rank regex", "[trace]") {
 }
 
 TEST_CASE("trace events: times, nesting, flows, args, counters, steps, metadata", "[trace]") {
-  TempDir dir;
+  TempDir dir("shardlab_test_trace");
   const TraceRecorder t = make_trace(2);
   std::string text;
   const json doc = write_and_parse(t, dir.path / "rank2.json", &text);
@@ -353,7 +332,7 @@ TEST_CASE("trace timeline mirrors the device events", "[trace]") {
 }
 
 TEST_CASE("flow ids are unique across ranks and files are deterministic", "[trace]") {
-  TempDir dir;
+  TempDir dir("shardlab_test_trace");
   auto flow_ids = [](const json& doc) {
     std::set<uint64_t> ids;
     for (const json& e : doc["traceEvents"])
@@ -373,7 +352,7 @@ TEST_CASE("flow ids are unique across ranks and files are deterministic", "[trac
 }
 
 TEST_CASE("trace write failure names the path", "[trace]") {
-  TempDir dir;
+  TempDir dir("shardlab_test_trace");
   fs::create_directories(dir.path);
   std::ofstream(dir.path / "file") << "x";
   const std::string bad = (dir.path / "file" / "rank0.json").string();  // a file as a directory

@@ -3,16 +3,15 @@
 // summary.json agree). Hostile files load leniently or fail with the file named, never crash.
 #include <catch2/catch.hpp>
 
+#include "test_files.h"
+
 #include <zlib.h>
 
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -29,28 +28,6 @@ namespace {
 const fs::path kTraces = fs::path(SHARDLAB_SOURCE_DIR) / "traces";
 const char* const kRuns[] = {"00_streams_events", "01_ring_allreduce", "02_naive_ddp", "03_bucketed_ddp", "04_fsdp"};
 
-// A fresh directory per use, removed afterwards (ctest runs test cases in parallel processes).
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("shardlab_test_viewer_" + std::to_string(getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 void write_text(const fs::path& p, const std::string& text) {
   std::ofstream out(p, std::ios::binary);
@@ -264,7 +241,7 @@ TEST_CASE("model: loads the reference traces and agrees with their summaries", "
 }
 
 TEST_CASE("model: loads .json.gz and explicit files like the directory", "[viewer]") {
-  TempDir tmp;
+  TempDir tmp("shardlab_test_viewer");
   const fs::path dir = kTraces / "03_bucketed_ddp";
   std::vector<std::string> files;
   for (int r = 3; r >= 0; --r) {  // given out of order: ranks come from distributedInfo
@@ -307,7 +284,7 @@ TEST_CASE("model: progress reports and cancels", "[viewer]") {
 }
 
 TEST_CASE("model: refuses broken files with the file named, never crashes", "[viewer]") {
-  TempDir tmp;
+  TempDir tmp("shardlab_test_viewer");
   const std::string full = kHeader + kGoodEvent + "]}";
   struct Case {
     const char* name;
@@ -396,7 +373,7 @@ TEST_CASE("model: refuses broken files with the file named, never crashes", "[vi
 }
 
 TEST_CASE("model: loads a Kineto-style trace", "[viewer]") {
-  TempDir tmp;
+  TempDir tmp("shardlab_test_viewer");
   // PyTorch profiler output: string pids/tids, memory as [memory] instants, B/E, runtime and
   // kernel linked by correlation and an ac2g flow, a ProfilerStep on the CPU and on the GPU.
   const std::string text = R"({
