@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda/kernels.h"
+
 namespace shardlab::ops {
 namespace {
 
@@ -162,7 +164,9 @@ void attention_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& 
                    }
                  }
                }
-             });
+             },
+             SHARDLAB_ON_CUDA(cuda::attention_forward(out.f32(), lse.f32(), q.f32(), k.f32(), v.f32(), d.B, d.NH, d.Tq,
+                                                      d.Tk, d.hs, d.causal, stream)));
 }
 
 // The softmax backward through P = exp(scale q k^T - lse), from the final out and lse, so that
@@ -219,7 +223,10 @@ void attention_backward(Device& dev, Stream& s, const Tensor& dq, const Tensor& 
                    }
                  }
                }
-             });
+             },
+             SHARDLAB_ON_CUDA(cuda::attention_backward(dq.f32(), dk.f32(), dv.f32(), dout.f32(), q.f32(), k.f32(),
+                                                       v.f32(), out.f32(), lse.f32(), d.B, d.NH, d.Tq, d.Tk, d.hs,
+                                                       d.causal, stream)));
 }
 
 // Two softmaxes over disjoint key sets combine by their log-sum-exps: with l = log(e^la + e^lb),
@@ -257,7 +264,8 @@ void attention_merge(Device& dev, Stream& s, const Tensor& out, const Tensor& ls
                  for (int64_t c = 0; c < hs; ++c) oa[c] = wa * oa[c] + wb * ob[c];
                  lse.f32()[r] = l;
                }
-             });
+             },
+             SHARDLAB_ON_CUDA(cuda::attention_merge(out.f32(), lse.f32(), out_b.f32(), lse_b.f32(), rows, hs, stream)));
 }
 
 // q, k, v [b, h, t, :] = qkv[b, t, part C + h hs + :]: a pure permutation, no math.
@@ -275,7 +283,8 @@ void qkv_split(Device& dev, Stream& s, const Tensor& q, const Tensor& k, const T
                    for (int64_t c = 0; c < d.hs; ++c) dst[head + c] = src[seq + c];
                  });
                }
-             });
+             },
+             SHARDLAB_ON_CUDA(cuda::qkv_split(q.f32(), k.f32(), v.f32(), qkv.f32(), d.B, d.T, nh, d.hs, stream)));
 }
 
 // The adjoint of qkv_split: each gradient element goes back to where its value came from.
@@ -294,7 +303,9 @@ void qkv_split_backward(Device& dev, Stream& s, const Tensor& dqkv, const Tensor
                    for (int64_t c = 0; c < d.hs; ++c) dst[seq + c] += src[head + c];
                  });
                }
-             });
+             },
+             SHARDLAB_ON_CUDA(cuda::qkv_split_backward(dqkv.f32(), dq.f32(), dk.f32(), dv.f32(), d.B, d.T, nh, d.hs,
+                                                       stream)));
 }
 
 // out[b, t, h hs + :] = o[b, h, t, :]: the heads side by side again, ready for the projection.
@@ -309,7 +320,8 @@ void heads_merge(Device& dev, Stream& s, const Tensor& out, const Tensor& o) {
                for_head_rows(h[0], h[2], h[1], h[3], h[1] * h[3], [&](int64_t seq, int64_t head) {
                  for (int64_t c = 0; c < h[3]; ++c) dst[seq + c] = src[head + c];
                });
-             });
+             },
+             SHARDLAB_ON_CUDA(cuda::heads_merge(out.f32(), o.f32(), h[0], h[1], h[2], h[3], stream)));
 }
 
 // The adjoint of heads_merge: d_o[b, h, t, :] += dout[b, t, h hs + :].
@@ -325,7 +337,8 @@ void heads_merge_backward(Device& dev, Stream& s, const Tensor& d_o, const Tenso
                for_head_rows(h[0], h[2], h[1], h[3], h[1] * h[3], [&](int64_t seq, int64_t head) {
                  for (int64_t c = 0; c < h[3]; ++c) dst[head + c] += src[seq + c];
                });
-             });
+             },
+             SHARDLAB_ON_CUDA(cuda::heads_merge_backward(d_o.f32(), dout.f32(), h[0], h[1], h[2], h[3], stream)));
 }
 
 }  // namespace shardlab::ops

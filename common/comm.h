@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "cost_model.h"
 #include "device.h"
 
 namespace shardlab {
@@ -60,5 +61,23 @@ class Comm {
   // Host-side: every member's CPU continues once the last has arrived.
   virtual void barrier() = 0;
 };
+
+// Argument checks every communicator applies before it issues anything; each throws
+// std::invalid_argument naming the operation, the communicator and what is wrong.
+void check_reduce_scatter(const Comm& c, const Tensor& send, const Tensor& recv);
+void check_all_gather(const Comm& c, const Tensor& send, const Tensor& recv);
+void check_broadcast(const Comm& c, int root);
+void check_sendrecv(const Comm& c, const Tensor& send, int to, const Tensor& recv, int from);
+std::invalid_argument invalid_call(const Comm& c, std::string_view op, const std::string& what);
+
+// NCCL's names, for traces: the API a collective is launched with ("ncclAllReduce") and its
+// kernel (src/device/generate.py: ncclDevKernel_<Coll>[_<RedOp>_<type>]_RING_<PROTO>).
+std::string_view nccl_api_name(CollectiveKind kind);
+std::string nccl_kernel_name(CollectiveKind kind, ReduceOp op, DType dtype, std::string_view protocol);
+// The link a group of ranks (ranks in the job) pays: the profile's intra-node tier when every
+// member sits on one node, the inter-node tier as soon as the group spans nodes.
+const LinkTier& link_for(const Profile& profile, const std::vector<int>& world_ranks);
+// "[0, 1, 2, 3]": a group's ranks in the job, as Kineto's "Process Group Ranks" writes them.
+std::string group_ranks_text(const std::vector<int>& world_ranks);
 
 }  // namespace shardlab

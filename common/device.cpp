@@ -1,6 +1,8 @@
 #include "device.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 namespace shardlab {
 
@@ -35,12 +37,18 @@ void Device::free(Tensor& t) {
 
 void Device::record_stream(const Tensor& t, Stream& s) { allocator().record_stream(t.alloc_id, s); }
 
+Device::HostBlock Device::host_alloc(size_t bytes) {
+  HostBlock block(std::malloc(bytes), &std::free);
+  if (!block) throw std::bad_alloc();
+  return block;
+}
+
 Tensor Device::host_empty(Shape shape, DType dtype, std::string_view) {
   Tensor t;
   t.shape = shape;
   t.dtype = dtype;
   if (computes() && t.bytes() > 0) {
-    auto block = std::make_unique<std::byte[]>(t.bytes());
+    HostBlock block = host_alloc(t.bytes());
     t.data = block.get();
     host_memory_.emplace(t.data, std::move(block));
   }

@@ -101,6 +101,10 @@ class Device {
   Tensor host_empty(Shape shape, DType dtype, std::string_view name);
   void host_free(Tensor& t);
 
+  // The job-wide base of now_ns() as Unix-epoch nanoseconds, written to the trace header:
+  // 0 in the sim (its virtual clock starts at 0), rank 0's wall clock at start on CUDA.
+  virtual int64_t base_time_ns() const { return 0; }
+
   // Host-side scopes on the CPU thread lane ("forward", "unit 3", ...), and CPU work that takes
   // time without touching the device (the sim charges `ns`; CUDA measures what really ran).
   virtual void host_work(std::string_view name, int64_t ns) = 0;
@@ -111,6 +115,10 @@ class Device {
   Device(Profile profile, ComputeMode compute, int rank, int world_size, int device_index);
   void add_stream(std::unique_ptr<Stream> s) { streams_.push_back(std::move(s)); }
   void set_allocator(std::unique_ptr<CachingAllocator> a) { allocator_ = std::move(a); }
+  // Host memory behind host_empty, with the function that frees it: heap memory by default,
+  // page-locked memory (cudaMallocHost) on CUDA, where only pinned buffers copy asynchronously.
+  using HostBlock = std::unique_ptr<void, void (*)(void*)>;
+  virtual HostBlock host_alloc(size_t bytes);
 
   Profile profile_;
   ComputeMode compute_;
@@ -119,7 +127,7 @@ class Device {
  private:
   std::vector<std::unique_ptr<Stream>> streams_;
   std::unique_ptr<CachingAllocator> allocator_;
-  std::unordered_map<const void*, std::unique_ptr<std::byte[]>> host_memory_;  // pinned host blocks
+  std::unordered_map<const void*, HostBlock> host_memory_;  // host_empty's blocks
 };
 
 // Host data to or from a device tensor through a pinned staging buffer (a memcpy on stream s,

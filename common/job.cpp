@@ -2,17 +2,24 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <tuple>
 
 #include "cuda/cuda_probe.h"
 #include "metrics.h"
 #include "mpi_comm.h"
 #include "sim_device.h"
+#ifdef SHARDLAB_WITH_CUDA
+#include "cuda/cuda_device.h"
+#include "cuda/nccl_comm.h"
+#endif
 
 namespace shardlab {
 namespace {
@@ -68,6 +75,71 @@ std::string format_figure(double v) {
   return buf;
 }
 
+// Where this rank sits on its node: its local rank as the launcher says (Open MPI:
+// OMPI_COMM_WORLD_LOCAL_RANK, Slurm: SLURM_LOCALID), else as MPI finds it, and how many ranks
+// share the node. Collective over MPI_COMM_WORLD.
+struct NodePlacement {
+  int local_rank = 0, local_size = 1;
+};
+
+NodePlacement node_placement() {
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  NodePlacement p;
+  MPI_Comm_rank(node, &p.local_rank);
+  MPI_Comm_size(node, &p.local_size);
+  MPI_Comm_free(&node);
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"})
+    if (const char* v = std::getenv(var)) {
+      p.local_rank = std::atoi(v);
+      break;
+    }
+  return p;
+}
+
+// Why --device cuda cannot run with these flags, or "" when it can. The same answer on every
+// rank of a node (collective: every rank calls it).
+std::string cuda_config_problem(const CommonFlags& f) {
+  const int gpus = cuda_device_count();
+  if (gpus == 0) return "--device cuda: not available (" + cuda_unavailable_reason() + "); use --device sim";
+  if (f.compute == "skip")
+    return "--compute skip: only the sim can skip the math (a GPU always computes); use --compute real";
+  if (f.comm == "nccl" && f.debug_collectives)
+    return "--debug-collectives: the MPI communicator checks collectives; use it with --comm mpi "
+           "(on NCCL, NCCL_DEBUG=WARN reports mismatches)";
+  const NodePlacement node = node_placement();
+  if (f.comm == "nccl" && node.local_size > gpus)
+    return std::to_string(node.local_size) + " ranks share this node but it has " + std::to_string(gpus) +
+           " GPU(s): NCCL refuses two ranks on one GPU (\"Duplicate GPU detected\", NCCL before 2.30); run at most " +
+           std::to_string(gpus) + " rank(s) per node, or add --comm mpi to share GPUs (host-staged, for correctness runs)";
+  return "";
+}
+
+#ifdef SHARDLAB_WITH_CUDA
+// The CUDA device on this rank's GPU (its local rank; shared round-robin under --comm mpi) and
+// the world communicator. Every rank measures time from rank 0's clock, so lanes line up.
+std::pair<std::unique_ptr<Device>, std::unique_ptr<Comm>> cuda_runtime(Profile profile, const CommonFlags& f, int rank,
+                                                                       int size, const ChapterInfo& info) {
+  int64_t base = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+  MPI_Bcast(&base, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  const int gpu = node_placement().local_rank % cuda_device_count();
+  auto dev = std::make_unique<CudaDevice>(std::move(profile), rank, size, gpu, base);
+  if (rank == 0)
+    std::cout << "shardlab " << info.id << ": " << info.title << "\n"
+              << size << " rank(s), device cuda (" << dev->profile().gpu_name << ", times are MEASURED), comm "
+              << f.comm << (f.comm == "mpi" ? " (host-staged)" : "") << "\n"
+              << std::endl;
+  std::unique_ptr<Comm> world;
+  if (f.comm == "nccl")
+    world = NcclComm::world(*dev);
+  else
+    world = MpiComm::world(*dev, f.debug_collectives);
+  return {std::move(dev), std::move(world)};
+}
+#endif
+
 }  // namespace
 
 std::string human_bytes(double bytes) {
@@ -79,14 +151,15 @@ std::string human_bytes(double bytes) {
   return buf;
 }
 
-Job::Job(const ChapterInfo& info, const CommonFlags& flags, json config, std::unique_ptr<Device> device)
-    : info_(info), flags_(flags), config_(std::move(config)), device_(std::move(device)) {
+Job::Job(const ChapterInfo& info, const CommonFlags& flags, json config, std::unique_ptr<Device> device,
+         std::unique_ptr<Comm> world)
+    : info_(info), flags_(flags), config_(std::move(config)), device_(std::move(device)), world_(std::move(world)) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
-  world_ = MpiComm::world(*device_, flags_.debug_collectives);
 }
 
-Job::~Job() = default;
+// The communicator may still reference the device's streams and memory: it goes first.
+Job::~Job() { world_.reset(); }
 
 std::string Job::run_dir() const {
   return (fs::path(flags_.trace_dir) / (flags_.run_name.empty() ? info_.id : flags_.run_name)).string();
@@ -170,7 +243,7 @@ void Job::finish() {
   const json other = {{"chapter", info_.id},       {"strategy", strategy_},      {"device", std::string(d.kind())},
                       {"profile", p.name},         {"simulated", d.simulated()}, {"compute", flags_.compute},
                       {"world_size", world_size_}, {"config", config_}};
-  d.trace().write((dir / ("rank" + std::to_string(rank_) + ".json")).string(), d.simulated() ? "mpi" : "nccl", 0,
+  d.trace().write((dir / ("rank" + std::to_string(rank_) + ".json")).string(), flags_.comm, d.base_time_ns(),
                   device_properties, other);
 
   if (is_root()) {
@@ -213,6 +286,9 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
   Flags flags(info.id);
   flags.add_choice("device", &common.device, {"auto", "sim", "cuda"},
                    "where to run: sim (simulated GPU, virtual time) or cuda; auto picks cuda when a GPU is visible");
+  flags.add_choice("comm", &common.comm, {"auto", "mpi", "nccl"},
+                   "communicator: nccl (GPUs) or mpi (the sim; on cuda, host-staged so ranks can share a GPU); "
+                   "auto picks nccl on cuda, mpi on the sim");
   flags.add_string("profile", &common.profile, "hardware profile for the sim: a name in common/profiles/ or a .json path");
   flags.add_choice("compute", &common.compute, {"real", "skip"},
                    "real: do the math; skip: only simulate time and memory (for large shapes)");
@@ -237,30 +313,37 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
       MPI_Finalize();
       return 0;
     }
-    std::string device = common.device;
-    if (device == "auto") device = "sim";  // the CUDA device is not built yet; see below
-    if (device == "cuda") {
-      const std::string why = cuda_device_count() > 0 ? "this version has no CUDA device implementation yet"
-                                                      : cuda_unavailable_reason();
-      return config_error("--device cuda: not available (" + why + "); use --device sim");
-    }
-    Profile profile = load_profile(common.profile);
-    if (size > profile.max_ranks())
-      return config_error("--profile " + profile.name + " has " + std::to_string(profile.max_ranks()) +
-                          " GPUs, but the job has " + std::to_string(size) +
-                          " ranks; use fewer ranks or a larger profile (" + [] {
-                            std::string n;
-                            for (const auto& p : profile_names()) n += (n.empty() ? "" : ", ") + p;
-                            return n;
-                          }() + ")");
     const ComputeMode mode = common.compute == "skip" ? ComputeMode::skip : ComputeMode::real;
-    if (rank == 0)
-      std::cout << "shardlab " << info.id << ": " << info.title << "\n"
-                << size << " rank(s), device sim (times are SIMULATED from profile " << profile.name << ": "
-                << profile.gpu_name << "), compute " << common.compute << "\n"
-                << std::endl;
-    auto dev = std::make_unique<SimDevice>(std::move(profile), mode, rank, size);
-    job = std::make_unique<Job>(info, common, flags.values(), std::move(dev));
+    std::string device = common.device;
+    if (device == "auto") device = cuda_device_count() > 0 ? "cuda" : "sim";
+    if (common.comm == "auto") common.comm = device == "cuda" ? "nccl" : "mpi";
+    Profile profile = load_profile(common.profile);
+    std::unique_ptr<Device> dev;
+    std::unique_ptr<Comm> world;
+    if (device == "cuda") {
+      if (const std::string problem = cuda_config_problem(common); !problem.empty()) return config_error(problem);
+#ifdef SHARDLAB_WITH_CUDA
+      std::tie(dev, world) = cuda_runtime(std::move(profile), common, rank, size, info);
+#endif
+    } else {
+      if (common.comm == "nccl") return config_error("--comm nccl: NCCL needs --device cuda; the sim uses --comm mpi");
+      if (size > profile.max_ranks())
+        return config_error("--profile " + profile.name + " has " + std::to_string(profile.max_ranks()) +
+                            " GPUs, but the job has " + std::to_string(size) +
+                            " ranks; use fewer ranks or a larger profile (" + [] {
+                              std::string n;
+                              for (const auto& p : profile_names()) n += (n.empty() ? "" : ", ") + p;
+                              return n;
+                            }() + ")");
+      if (rank == 0)
+        std::cout << "shardlab " << info.id << ": " << info.title << "\n"
+                  << size << " rank(s), device sim (times are SIMULATED from profile " << profile.name << ": "
+                  << profile.gpu_name << "), compute " << common.compute << "\n"
+                  << std::endl;
+      dev = std::make_unique<SimDevice>(std::move(profile), mode, rank, size);
+      world = MpiComm::world(*dev, common.debug_collectives);
+    }
+    job = std::make_unique<Job>(info, common, flags.values(), std::move(dev), std::move(world));
   } catch (const FlagError& e) {
     return config_error(std::string(e.what()) + "\n(run with --help for every flag)");
   } catch (const std::exception& e) {

@@ -9,12 +9,14 @@
 //
 // run_chapter: initializes MPI; parses the shared flags (below) and the chapter's own; builds
 // the device (--device sim|cuda; default cuda where a GPU is visible and the CUDA device is
-// built, else sim) and the world communicator; runs the lesson; writes
+// built, else sim) and the world communicator (--comm mpi|nccl; default nccl on cuda, mpi on
+// the sim; mpi on cuda stages through host memory so several ranks can share one GPU); on cuda
+// each rank takes the GPU of its local rank on the node; runs the lesson; writes
 // <trace-dir>/<run-name>/rank<R>.json and summary.json; prints where they are.
 // Errors: a bad flag exits 2 on every rank with the message once; an exception in any rank
 // prints "rank R: error: ..." and aborts the whole job (MPI_Abort), so no rank is left hanging.
 //
-// Shared flags: --device sim|cuda, --profile NAME|PATH, --compute real|skip, --steps N,
+// Shared flags: --device sim|cuda, --comm mpi|nccl, --profile NAME|PATH, --compute real|skip, --steps N,
 // --seed N, --trace-dir DIR, --run-name NAME, --debug-collectives.
 #pragma once
 
@@ -39,6 +41,7 @@ struct ChapterInfo {
 
 struct CommonFlags {
   std::string device = "auto";
+  std::string comm = "auto";
   std::string profile = "h100-8";
   std::string compute = "real";
   int64_t steps = 3;
@@ -50,7 +53,9 @@ struct CommonFlags {
 
 class Job {
  public:
-  Job(const ChapterInfo& info, const CommonFlags& flags, nlohmann::json config, std::unique_ptr<Device> device);
+  // `world` runs on `device`; the Job owns both (the communicator goes first).
+  Job(const ChapterInfo& info, const CommonFlags& flags, nlohmann::json config, std::unique_ptr<Device> device,
+      std::unique_ptr<Comm> world);
   ~Job();
 
   int rank() const { return rank_; }

@@ -63,47 +63,10 @@ std::string describe(const Header& h) {
   return s + ")";
 }
 
-std::string_view api_name(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::all_reduce: return "ncclAllReduce";
-    case CollectiveKind::reduce_scatter: return "ncclReduceScatter";
-    case CollectiveKind::all_gather: return "ncclAllGather";
-    case CollectiveKind::broadcast: return "ncclBroadcast";
-  }
-  throw std::logic_error("api_name: unknown collective");
-}
-
-// NCCL's kernel names (src/device/generate.py): ncclDevKernel_<Coll>[_<RedOp>_<type>]_RING_<PROTO>.
-// NCCL calls max "MinMax"; avg premultiplies floats by 1/n ("PreMulSum") and divides integers
-// after the sum ("SumPostDiv").
-std::string kernel_name(CollectiveKind kind, ReduceOp op, DType dtype, std::string_view protocol) {
-  std::string name = "ncclDevKernel_";
-  switch (kind) {
-    case CollectiveKind::all_reduce: name += "AllReduce"; break;
-    case CollectiveKind::reduce_scatter: name += "ReduceScatter"; break;
-    case CollectiveKind::all_gather: name += "AllGather"; break;
-    case CollectiveKind::broadcast: name += "Broadcast"; break;
-  }
-  if (kind == CollectiveKind::all_reduce || kind == CollectiveKind::reduce_scatter) {
-    const bool floating = dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
-    switch (op) {
-      case ReduceOp::sum: name += "_Sum"; break;
-      case ReduceOp::max: name += "_MinMax"; break;
-      case ReduceOp::avg: name += floating ? "_PreMulSum" : "_SumPostDiv"; break;
-    }
-    name += "_" + std::string(dtype_name(dtype));
-  }
-  return name + "_RING_" + std::string(protocol);
-}
-
-std::invalid_argument invalid(std::string_view op, const std::string& comm, const std::string& what) {
-  return std::invalid_argument("MpiComm::" + std::string(op) + " on " + comm + ": " + what);
-}
-
 // MPI reduces these; 16-bit floats would need a user-defined MPI_Op (they are moved as bits).
-void require_reducible(std::string_view op, const std::string& comm, DType t) {
+void require_reducible(const Comm& c, std::string_view op, DType t) {
   if (t != DType::f32 && t != DType::i32 && t != DType::i64)
-    throw invalid(op, comm, "cannot reduce " + std::string(dtype_name(t)) + " (f32, i32 and i64 can be reduced)");
+    throw invalid_call(c, op, "cannot reduce " + std::string(dtype_name(t)) + " over MPI (f32, i32 and i64 can be reduced)");
 }
 
 MPI_Datatype mpi_type(DType t) {
@@ -153,7 +116,9 @@ struct MpiComm::Call {
   int root = -1;           // broadcast
   int to = -1, from = -1;  // sendrecv
   std::vector<Access> accesses = {};
-  std::function<void()> move = {};  // the MPI data movement (skipped under --compute skip)
+  Tensor a = {}, b = {};  // the buffer (or send) and the receive tensor, as the caller gave them
+  // The MPI data movement on a and b, or on host copies of them (skipped under --compute skip).
+  std::function<void(const Tensor& a, const Tensor& b)> move = {};
 
   // The bytes the ring model charges: the buffer, or the gathered / scattered total.
   double bytes() const { return static_cast<double>(std::max(in_nelems, out_nelems)) * static_cast<double>(dtype_size(dtype)); }
@@ -167,16 +132,8 @@ struct MpiComm::Call {
   }
 };
 
-const LinkTier& link_for(const Profile& profile, const std::vector<int>& world_ranks) {
-  const bool one_node = std::all_of(world_ranks.begin(), world_ranks.end(), [&](int r) {
-    return profile.node_of(r) == profile.node_of(world_ranks.front());
-  });
-  return one_node ? profile.intra : profile.inter;
-}
-
 std::unique_ptr<MpiComm> MpiComm::world(Device& dev, bool debug) {
-  auto* sim = dynamic_cast<SimDevice*>(&dev);
-  if (sim == nullptr) throw std::runtime_error("MpiComm: the CUDA path with host staging is not built yet");
+  auto* sim = dynamic_cast<SimDevice*>(&dev);  // nullptr on a real GPU: data goes through host memory
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) throw std::runtime_error("MpiComm::world: MPI is not initialized (MPI_Init comes first)");
@@ -191,10 +148,10 @@ std::unique_ptr<MpiComm> MpiComm::world(Device& dev, bool debug) {
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   std::vector<int> ranks(static_cast<size_t>(world_size));
   std::iota(ranks.begin(), ranks.end(), 0);
-  return std::unique_ptr<MpiComm>(new MpiComm(dev, *sim, comm, "world", std::move(ranks), debug));
+  return std::unique_ptr<MpiComm>(new MpiComm(dev, sim, comm, "world", std::move(ranks), debug));
 }
 
-MpiComm::MpiComm(Device& dev, SimDevice& sim, MPI_Comm comm, std::string name, std::vector<int> world_ranks,
+MpiComm::MpiComm(Device& dev, SimDevice* sim, MPI_Comm comm, std::string name, std::vector<int> world_ranks,
                  bool debug)
     : dev_(dev),
       sim_(sim),
@@ -205,9 +162,7 @@ MpiComm::MpiComm(Device& dev, SimDevice& sim, MPI_Comm comm, std::string name, s
       link_(link_for(dev.profile(), world_ranks_)),
       message_limit_(INT_MAX) {
   MPI_Comm_rank(comm_, &rank_);
-  group_ranks_ = "[";
-  for (size_t i = 0; i < world_ranks_.size(); ++i) group_ranks_ += (i ? ", " : "") + std::to_string(world_ranks_[i]);
-  group_ranks_ += "]";
+  group_ranks_ = group_ranks_text(world_ranks_);
 }
 
 MpiComm::~MpiComm() {
@@ -243,84 +198,69 @@ void MpiComm::set_message_limit(int64_t elements) {
 // --- The operations: validate, then describe the call for run().
 
 void MpiComm::all_reduce(const Tensor& buf, ReduceOp op, Stream& s) {
-  require_reducible("all_reduce", name_, buf.dtype);
+  require_reducible(*this, "all_reduce", buf.dtype);
   run({.kind = CollectiveKind::all_reduce,
        .op = op,
        .dtype = buf.dtype,
        .in_nelems = buf.numel(),
        .out_nelems = buf.numel(),
        .accesses = {writes(buf)},
-       .move = [&] { move_all_reduce(buf, op); }},
+       .a = buf,
+       .move = [&](const Tensor& a, const Tensor&) { move_all_reduce(a, op); }},
       s);
 }
 
 void MpiComm::reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op, Stream& s) {
-  require_reducible("reduce_scatter", name_, send.dtype);
-  if (send.dtype != recv.dtype)
-    throw invalid("reduce_scatter", name_,
-                  "send is " + std::string(dtype_name(send.dtype)) + ", recv is " + std::string(dtype_name(recv.dtype)));
-  if (send.numel() != recv.numel() * size())
-    throw invalid("reduce_scatter", name_,
-                  "send has " + std::to_string(send.numel()) + " elements, expected size() x recv = " +
-                      std::to_string(size()) + " x " + std::to_string(recv.numel()) + " = " +
-                      std::to_string(recv.numel() * size()));
+  check_reduce_scatter(*this, send, recv);
+  require_reducible(*this, "reduce_scatter", send.dtype);
   run({.kind = CollectiveKind::reduce_scatter,
        .op = op,
        .dtype = send.dtype,
        .in_nelems = send.numel(),
        .out_nelems = recv.numel(),
        .accesses = {reads(send), writes(recv)},
-       .move = [&] { move_reduce_scatter(send, recv, op); }},
+       .a = send,
+       .b = recv,
+       .move = [&](const Tensor& a, const Tensor& b) { move_reduce_scatter(a, b, op); }},
       s);
 }
 
 void MpiComm::all_gather(const Tensor& send, const Tensor& recv, Stream& s) {
-  if (send.dtype != recv.dtype)
-    throw invalid("all_gather", name_,
-                  "send is " + std::string(dtype_name(send.dtype)) + ", recv is " + std::string(dtype_name(recv.dtype)));
-  if (recv.numel() != send.numel() * size())
-    throw invalid("all_gather", name_,
-                  "recv has " + std::to_string(recv.numel()) + " elements, expected size() x send = " +
-                      std::to_string(size()) + " x " + std::to_string(send.numel()) + " = " +
-                      std::to_string(send.numel() * size()));
+  check_all_gather(*this, send, recv);
   run({.kind = CollectiveKind::all_gather,
        .dtype = send.dtype,
        .in_nelems = send.numel(),
        .out_nelems = recv.numel(),
        .accesses = {reads(send), writes(recv)},
-       .move = [&] { move_all_gather(send, recv); }},
+       .a = send,
+       .b = recv,
+       .move = [&](const Tensor& a, const Tensor& b) { move_all_gather(a, b); }},
       s);
 }
 
 void MpiComm::broadcast(const Tensor& buf, int root, Stream& s) {
-  if (root < 0 || root >= size())
-    throw invalid("broadcast", name_, "root " + std::to_string(root) + " is not a rank of a group of " +
-                                          std::to_string(size()));
+  check_broadcast(*this, root);
   run({.kind = CollectiveKind::broadcast,
        .dtype = buf.dtype,
        .in_nelems = buf.numel(),
        .out_nelems = buf.numel(),
        .root = root,
        .accesses = {root == rank_ ? reads(buf) : writes(buf)},
-       .move = [&] { move_broadcast(buf, root); }},
+       .a = buf,
+       .move = [&](const Tensor& a, const Tensor&) { move_broadcast(a, root); }},
       s);
 }
 
 void MpiComm::sendrecv(const Tensor& send, int to, const Tensor& recv, int from, Stream& s) {
-  for (const auto& [what, peer] : {std::pair{"to", to}, std::pair{"from", from}})
-    if (peer < -1 || peer >= size())
-      throw invalid("sendrecv", name_, std::string(what) + " = " + std::to_string(peer) +
-                                           " is neither -1 nor a rank of a group of " + std::to_string(size()));
-  if (to < 0 && from < 0) throw invalid("sendrecv", name_, "to and from are both -1: nothing to send or receive");
-  if (to >= 0 && from >= 0 && send.dtype != recv.dtype)
-    throw invalid("sendrecv", name_,
-                  "send is " + std::string(dtype_name(send.dtype)) + ", recv is " + std::string(dtype_name(recv.dtype)));
+  check_sendrecv(*this, send, to, recv, from);
   Call call{.dtype = to >= 0 ? send.dtype : recv.dtype,
             .in_nelems = to >= 0 ? send.numel() : 0,
             .out_nelems = from >= 0 ? recv.numel() : 0,
             .to = to,
             .from = from,
-            .move = [&] { move_sendrecv(send, to, recv, from); }};
+            .a = send,
+            .b = recv,
+            .move = [&](const Tensor& a, const Tensor& b) { move_sendrecv(a, to, b, from); }};
   if (to >= 0) call.accesses.push_back(reads(send));
   if (from >= 0) call.accesses.push_back(writes(recv));
   run(call, s);
@@ -329,8 +269,13 @@ void MpiComm::sendrecv(const Tensor& send, int to, const Tensor& recv, int from,
 void MpiComm::barrier() {
   const int64_t arrived = dev_.now_ns();
   int64_t last = 0;
+  if (sim_ == nullptr) {
+    MPI_Barrier(comm_);
+    dev_.trace().cpu_op("barrier", arrived, dev_.now_ns() - arrived);
+    return;
+  }
   MPI_Allreduce(&arrived, &last, 1, MPI_INT64_T, MPI_MAX, comm_);
-  sim_.host_wait_until(last, "barrier");
+  sim_->host_wait_until(last, "barrier");
 }
 
 // --- The one path.
@@ -338,23 +283,65 @@ void MpiComm::barrier() {
 void MpiComm::run(const Call& call, Stream& s) {
   if (!broken_.empty())
     throw CollectiveMismatch("communicator " + name_ + " is unusable after a collective mismatch (" + broken_ + ")");
+  if (sim_ == nullptr) return run_staged(call, s);
   // The CPU launches (a grouped send/recv launches at ncclGroupEnd); the stream could begin at
   // `ready`: after its queue, its waits, and this communicator's previous operation, whatever
   // stream that ran on (NCCL runs one communicator's operations in order).
-  const auto issue = sim_.comm_issue(s, call.kind ? api_name(*call.kind) : "ncclGroupEnd", last_end_ns_);
+  const auto issue = sim_->comm_issue(s, call.kind ? nccl_api_name(*call.kind) : "ncclGroupEnd", last_end_ns_);
   const int64_t seq = call.kind ? ++seq_ : ++p2p_seq_;
-  // Debug mode: compare before anything can block, so a mismatch throws instead of hanging.
-  if (debug_) {
-    if (call.kind)
-      check_collective(call, seq);
-    else
-      check_p2p(call, seq);
-  }
+  check(call, seq);
   const auto [start, end] = call.kind ? agree_collective(call, issue.ready_ns) : agree_p2p(call, issue.ready_ns);
   // Under --compute skip the tensors have no memory: time passes, nothing moves.
-  if (dev_.computes()) call.move();
-  sim_.comm_complete(s, trace_args(call, seq), issue, start, end, call.accesses);
+  if (dev_.computes()) call.move(call.a, call.b);
+  sim_->comm_complete(s, trace_args(call, seq), issue, start, end, call.accesses);
   last_end_ns_ = end;
+}
+
+void MpiComm::check(const Call& call, int64_t seq) {
+  // Debug mode: compare before anything can block, so a mismatch throws instead of hanging.
+  if (!debug_) return;
+  if (call.kind)
+    check_collective(call, seq);
+  else
+    check_p2p(call, seq);
+}
+
+// On a real GPU the data goes through host memory. The buffers are ready only once the work
+// queued before them on stream s has run, so the CPU copies them down on s (each copy ends in a
+// stream synchronize), runs the MPI operation, and copies the results back on s, where the work
+// queued after the collective will find them. Correct and slow (the CPU waits, nothing
+// overlaps): it lets several ranks share one GPU for correctness runs; NCCL is the fast path.
+void MpiComm::run_staged(const Call& call, Stream& s) {
+  const int64_t seq = call.kind ? ++seq_ : ++p2p_seq_;
+  check(call, seq);
+  struct HostCopy {
+    std::vector<std::byte> bytes;
+    Tensor t;
+  };
+  auto copy_down = [&](const Tensor& t) {
+    HostCopy h;
+    h.t.shape = t.shape;
+    h.t.dtype = t.dtype;
+    if (t.defined() && t.bytes() > 0) {
+      h.bytes.resize(t.bytes());
+      h.t.data = h.bytes.data();
+      copy_to_host(dev_, s, h.bytes.data(), t);
+    }
+    return h;
+  };
+  const HostCopy a = copy_down(call.a), b = copy_down(call.b);
+  const int64_t t0 = dev_.now_ns();
+  call.move(a.t, b.t);
+  const std::string api(call.kind ? nccl_api_name(*call.kind) : "ncclGroupEnd");
+  dev_.trace().cpu_op("MPI for " + api + " (host-staged)", t0, dev_.now_ns() - t0,
+                      TraceArgs().add("bytes", call.bytes()).add("Seq", seq));
+  // Copy back what the operation wrote (an access that writes is a or b, as the caller gave them).
+  auto same = [](const Tensor& x, const Tensor& y) { return x.data == y.data && x.numel() == y.numel(); };
+  for (const Access& access : call.accesses) {
+    if (!access.write || access.tensor.bytes() == 0) continue;
+    const HostCopy& h = same(access.tensor, call.a) ? a : b;
+    copy_to_device(dev_, s, access.tensor, h.bytes.data());
+  }
 }
 
 void MpiComm::check_collective(const Call& call, int64_t seq) {
@@ -467,7 +454,7 @@ CollectiveArgs MpiComm::trace_args(const Call& call, int64_t seq) const {
   CollectiveArgs a;
   if (call.kind) {
     a.name = std::string(collective_name(*call.kind));
-    a.kernel_name = kernel_name(*call.kind, call.op, call.dtype,
+    a.kernel_name = nccl_kernel_name(*call.kind, call.op, call.dtype,
                                 collective_protocol(link_, *call.kind, call.bytes(), size()));
   } else {
     a.name = "sendrecv";

@@ -1,13 +1,16 @@
-// mpi_comm.h: the communicator over MPI, for the simulated GPU.
+// mpi_comm.h: the communicator over MPI: the simulated GPU's, and a host-staged one for CUDA.
 //
 // Every rank is one MPI process, so a collective moves real data between processes with the
-// matching MPI call, while its *time* is virtual: the members agree on a start (the latest
+// matching MPI call. On the sim its *time* is virtual: the members agree on a start (the latest
 // member's ready time, DESIGN.md "The simulated GPU: semantics") and add the cost model's
 // ring time for the group's link tier. One MpiComm owns one MPI communicator, so its messages
 // never mix with another communicator's.
 //
 // Each operation takes one path (MpiComm::run): issue on the stream, check the members agree
-// (debug mode), agree on the start, move the data, record it on the stream.
+// (debug mode), agree on the start, move the data, record it on the stream. On a real GPU
+// (--device cuda --comm mpi) the path is run_staged instead: copy the buffers to host memory on
+// the stream, run MPI, copy the results back; slow, but several ranks can share one GPU, which
+// NCCL refuses, so correctness runs need only one GPU.
 //
 // Debug mode: members exchange a header (operation, call number, count, dtype, root) point to
 // point before each operation; a collective's members all hear from each other, a sendrecv's
@@ -17,8 +20,6 @@
 // Counts: MPI counts are `int`. Messages longer than INT_MAX elements are split into several
 // MPI calls (all-gather uses a resized datatype per chunk), so counts up to 2^31 elements and
 // beyond work; set_message_limit() lowers the split point so tests reach that path cheaply.
-//
-// Not built yet: the CUDA device with host staging (constructing over a non-sim device throws).
 #pragma once
 
 #include <mpi.h>
@@ -36,10 +37,6 @@
 namespace shardlab {
 
 class SimDevice;
-
-// The link a group of ranks (ranks in the job) pays: the profile's intra-node tier when every
-// member sits on one node, the inter-node tier as soon as the group spans nodes.
-const LinkTier& link_for(const Profile& profile, const std::vector<int>& world_ranks);
 
 class MpiComm final : public Comm {
  public:
@@ -74,10 +71,12 @@ class MpiComm final : public Comm {
  private:
   struct Call;  // one operation, described the same way whatever its kind (mpi_comm.cpp)
 
-  MpiComm(Device& dev, SimDevice& sim, MPI_Comm comm, std::string name, std::vector<int> world_ranks, bool debug);
+  MpiComm(Device& dev, SimDevice* sim, MPI_Comm comm, std::string name, std::vector<int> world_ranks, bool debug);
 
   // The one path every operation takes.
   void run(const Call& call, Stream& s);
+  void run_staged(const Call& call, Stream& s);  // a real GPU: through host memory
+  void check(const Call& call, int64_t seq);     // debug mode
   void check_collective(const Call& call, int64_t seq);
   void check_p2p(const Call& call, int64_t seq);
   // [start, end) of the operation on this rank, from this rank's ready time.
@@ -97,7 +96,7 @@ class MpiComm final : public Comm {
   [[noreturn]] void mismatch(const std::string& message);
 
   Device& dev_;
-  SimDevice& sim_;
+  SimDevice* sim_;  // nullptr on a real GPU
   MPI_Comm comm_;
   std::string name_;
   std::vector<int> world_ranks_;

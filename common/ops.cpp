@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/kernels.h"
+
 namespace shardlab::ops {
 namespace {
 
@@ -211,7 +213,7 @@ void fill(Device& dev, Stream& s, const Tensor& t, float value) {
   dev.launch(s, {"fill", 0, 4.0 * static_cast<double>(n), DType::f32, KernelClass::elementwise, {writes(t)}}, [=] {
     float* p = t.f32();
     for (int64_t i = 0; i < n; ++i) p[i] = value;
-  });
+  }, SHARDLAB_ON_CUDA(cuda::fill(t.f32(), n, value, stream)));
 }
 
 // dst = src, byte for byte (any dtype): one read and one write of the tensor.
@@ -220,7 +222,8 @@ void copy(Device& dev, Stream& s, const Tensor& dst, const Tensor& src) {
     fail("copy", "dst " + dst.shape.str() + " " + std::string(dtype_name(dst.dtype)) + " and src " + src.shape.str() +
                      " " + std::string(dtype_name(src.dtype)) + " differ");
   dev.launch(s, kernel("copy", 0, KernelClass::elementwise, {reads(src), writes(dst)}),
-             [=] { std::memcpy(dst.data, src.data, src.bytes()); });
+             [=] { std::memcpy(dst.data, src.data, src.bytes()); },
+             SHARDLAB_ON_CUDA(cuda::copy(dst.data, src.data, src.bytes(), stream)));
 }
 
 void add_(Device& dev, Stream& s, const Tensor& dst, const Tensor& src) {
@@ -236,7 +239,8 @@ void add_(Device& dev, Stream& s, const Tensor& dst, const Tensor& src) {
                float* d = dst.f32();
                const float* a = src.f32();
                for (int64_t i = 0; i < n; ++i) d[i] += a[i];
-             });
+             },
+             SHARDLAB_ON_CUDA(cuda::add_(dst.f32(), src.f32(), n, stream)));
 }
 
 void scale_(Device& dev, Stream& s, const Tensor& t, float factor) {
@@ -247,7 +251,8 @@ void scale_(Device& dev, Stream& s, const Tensor& t, float factor) {
              [=] {
                float* p = t.f32();
                for (int64_t i = 0; i < n; ++i) p[i] *= factor;
-             });
+             },
+             SHARDLAB_ON_CUDA(cuda::scale_(t.f32(), n, factor, stream)));
 }
 
 // out = a + b: the residual stream of a transformer block (x + attn(ln(x))). Its backward is
@@ -264,7 +269,8 @@ void residual_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& a
                const float* x = a.f32();
                const float* y = b.f32();
                for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
-             });
+             },
+             SHARDLAB_ON_CUDA(cuda::residual_forward(out.f32(), a.f32(), b.f32(), n, stream)));
 }
 
 // out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]: a token's vector plus its position's. Only the
@@ -283,7 +289,7 @@ void embedding_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& 
       const float* p = wpe.f32() + t * C;
       for (int64_t i = 0; i < C; ++i) o[i] = w[i] + p[i];
     });
-  });
+  }, SHARDLAB_ON_CUDA(cuda::embedding_forward(out.f32(), tokens.i32(), wte.f32(), wpe.f32(), B, T, C, V, stream)));
 }
 
 // The gradient of a gather is a scatter-add: each position's dout goes to its token's row of
@@ -305,7 +311,7 @@ void embedding_backward(Device& dev, Stream& s, const Tensor& dwte, const Tensor
         p[i] += d[i];
       }
     });
-  });
+  }, SHARDLAB_ON_CUDA(cuda::embedding_backward(dwte.f32(), dwpe.f32(), dout.f32(), tokens.i32(), B, T, C, V, stream)));
 }
 
 // Per row: out = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + 1e-5) with the biased
@@ -336,7 +342,9 @@ void layernorm_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& 
                  mean.f32()[n] = m;
                  rstd.f32()[n] = rs;
                }
-             });
+             },
+             SHARDLAB_ON_CUDA(cuda::layernorm_forward(out.f32(), mean.f32(), rstd.f32(), inp.f32(), weight.f32(),
+                                                      bias.f32(), N, C, stream)));
 }
 
 // With norm = (x - mean) * rstd and dnorm = weight * dout (as in llm.c):
@@ -380,7 +388,9 @@ void layernorm_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor
                  for (int64_t i = 0; i < C; ++i)
                    dx[i] += (w[i] * dy[i] - dnorm_mean - (x[i] - m) * rs * dnorm_norm_mean) * rs;
                }
-             });
+             },
+             SHARDLAB_ON_CUDA(cuda::layernorm_backward(dinp.f32(), dweight.f32(), dbias.f32(), dout.f32(), inp.f32(),
+                                                       weight.f32(), mean.f32(), rstd.f32(), N, C, stream)));
 }
 
 // out[N, OC] = inp[N, C] @ weight[OC, C]^T + bias: out starts as the bias (or zero) and the
@@ -401,7 +411,9 @@ void matmul_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& inp
                    std::fill_n(o + n * OC, OC, 0.0f);
                }
                gemm(N, OC, C, {inp.f32(), C, 1}, {weight.f32(), 1, C}, o, OC);
-             });
+             },
+             SHARDLAB_ON_CUDA(cuda::matmul_forward(out.f32(), inp.f32(), weight.f32(),
+                                                   bias.defined() ? bias.f32() : nullptr, N, C, OC, stream)));
 }
 
 // The two products of a linear layer's backward, as two kernels (the trace shows both):
@@ -418,7 +430,8 @@ void matmul_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& d
   const double flops = 2.0 * static_cast<double>(N * C * OC);
   dev.launch(s, kernel("matmul_backward_input", flops, KernelClass::matmul,
                        {reads(dout), reads(weight), reads(dinp), writes(dinp)}),
-             [=] { gemm(N, C, OC, {dout.f32(), OC, 1}, {weight.f32(), C, 1}, dinp.f32(), C); });
+             [=] { gemm(N, C, OC, {dout.f32(), OC, 1}, {weight.f32(), C, 1}, dinp.f32(), C); },
+             SHARDLAB_ON_CUDA(cuda::matmul_backward_input(dinp.f32(), dout.f32(), weight.f32(), N, C, OC, stream)));
   std::vector<Access> acc{reads(dout), reads(inp), reads(dweight), writes(dweight)};
   if (dbias.defined()) {
     acc.push_back(reads(dbias));
@@ -433,7 +446,9 @@ void matmul_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& d
                const float* dy = dout.f32();
                for (int64_t n = 0; n < N; ++n)
                  for (int64_t j = 0; j < OC; ++j) db[j] += dy[n * OC + j];
-             });
+             },
+             SHARDLAB_ON_CUDA(cuda::matmul_backward_weight(dweight.f32(), dbias.defined() ? dbias.f32() : nullptr,
+                                                           dout.f32(), inp.f32(), N, C, OC, stream)));
 }
 
 // GPT-2's GELU, the tanh approximation: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
@@ -451,7 +466,8 @@ void gelu_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& inp) 
                  const float u = kGeluScale * (x[i] + kGeluCube * x[i] * x[i] * x[i]);
                  o[i] = 0.5f * x[i] * (1.0f + std::tanh(u));
                }
-             });
+             },
+             SHARDLAB_ON_CUDA(cuda::gelu_forward(out.f32(), inp.f32(), n, stream)));
 }
 
 // d/dx of 0.5 x (1 + tanh u), u = sqrt(2/pi) (x + 0.044715 x^3):
@@ -476,7 +492,8 @@ void gelu_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& inp
                  const float grad = 0.5f * (1.0f + th) + 0.5f * x[i] * sech2 * du;
                  dx[i] += grad * dy[i];
                }
-             });
+             },
+             SHARDLAB_ON_CUDA(cuda::gelu_backward(dinp.f32(), inp.f32(), dout.f32(), n, stream)));
 }
 
 // loss = -log softmax(x)[target] = log(sum_j exp(x_j - max)) + max - x_target. Subtracting the
@@ -497,7 +514,8 @@ void crossentropy_forward(Device& dev, Stream& s, const Tensor& losses, const Te
                  for (int64_t i = 0; i < V; ++i) sum += std::exp(x[i] - mx);
                  losses.f32()[n] = std::log(sum) + mx - x[t];
                }
-             });
+             },
+             SHARDLAB_ON_CUDA(cuda::crossentropy_forward(losses.f32(), logits.f32(), targets.i32(), N, V, stream)));
 }
 
 // dlogits = (softmax(x) - onehot(target)) * dloss, written. The row's exps are stored in dlogits
@@ -525,7 +543,9 @@ void crossentropy_backward(Device& dev, Stream& s, const Tensor& dlogits, const 
                  for (int64_t i = 0; i < V; ++i) dx[i] *= scale;
                  dx[t] -= dloss;
                }
-             });
+             },
+             SHARDLAB_ON_CUDA(cuda::crossentropy_backward(dlogits.f32(), logits.f32(), targets.i32(), N, V, dloss,
+                                                          stream)));
 }
 
 // torch.optim.AdamW, step t (from 1), in PyTorch's order: decay first, then the Adam step.
@@ -558,7 +578,9 @@ void adamw(Device& dev, Stream& s, const Tensor& params, const Tensor& grads, co
                  const float mhat = mm[i] / b1_corr, vhat = vv[i] / b2_corr;
                  p[i] = p[i] * decay - lr * mhat / (std::sqrt(vhat) + eps);
                }
-             });
+             },
+             SHARDLAB_ON_CUDA(cuda::adamw(params.f32(), grads.f32(), m.f32(), v.f32(), n, t, lr, b1, b2, eps,
+                                          hp.weight_decay, stream)));
 }
 
 }  // namespace shardlab::ops

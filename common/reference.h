@@ -21,6 +21,7 @@ struct TrainSetup {
   uint64_t seed = 1234;      // parameters and data
   int fanout = 4;            // successors per state of the Markov chain
   ops::AdamW adamw{3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f};
+  bool check_reference = true;  // chapters: compare the result with train_reference at the end
 };
 
 struct ReferenceRun {

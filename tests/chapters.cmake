@@ -7,6 +7,7 @@ set(MPIRUN ${SHARDLAB_MPIEXEC} ${SHARDLAB_MPI_FLAGS})
 string(JOIN " " MPIRUN_SH ${MPIRUN})  # the same command inside sh -c strings
 string(JOIN " " VALIDATE_SH ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/validate_trace.py)
 set(EXPECT_EXIT ${CMAKE_CURRENT_SOURCE_DIR}/expect_exit.sh)
+set(GPU_OR_SKIP ${CMAKE_CURRENT_SOURCE_DIR}/gpu_or_skip.sh)
 
 # shardlab_chapter_tests(<short name> <target> <extra args...>)
 function(shardlab_chapter_tests name target)
@@ -32,6 +33,23 @@ function(shardlab_chapter_tests name target)
   add_test(NAME "${name}: more ranks than the profile has GPUs exits 2"
            COMMAND ${EXPECT_EXIT} 2 "--profile pcie-4 has 4 GPUs, but the job has 5 ranks" -- ${MPIRUN} -np 5 $<TARGET_FILE:${target}> --profile pcie-4)
   set_tests_properties("${name}: more ranks than the profile has GPUs exits 2" PROPERTIES PROCESSORS 2)
+  add_test(NAME "${name}: --comm nccl on the sim exits 2"
+           COMMAND ${EXPECT_EXIT} 2 "--comm nccl: NCCL needs --device cuda" -- ${MPIRUN} -np 1 $<TARGET_FILE:${target}> --device sim --comm nccl)
+  # On a real GPU: world 1 on NCCL, worlds 2-4 sharing the one GPU through the host-staged MPI
+  # communicator; the chapter's own checks (training chapters: equal to single-rank training)
+  # and the trace schema must hold. Skipped, with the reason, where no GPU is visible.
+  foreach(np 1 2 3 4)
+    if(np EQUAL 1)
+      set(comm nccl)
+    else()
+      set(comm mpi)
+    endif()
+    set(test "${name}: on the GPU at world ${np} (--comm ${comm}), traces valid")
+    set(run ${RUNS}/${name}_cuda_np${np})
+    add_test(NAME "${test}"
+             COMMAND sh -c "rm -rf '${run}' && ${GPU_OR_SKIP} ${MPIRUN_SH} -np ${np} $<TARGET_FILE:${target}> ${args} --device cuda --comm ${comm} --trace-dir '${RUNS}' --run-name ${name}_cuda_np${np} && ${VALIDATE_SH} '${run}' --ranks ${np}")
+    set_tests_properties("${test}" PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 PROCESSORS ${np})
+  endforeach()
 endfunction()
 
 shardlab_chapter_tests(ch00 shardlab_ch00 --steps 2)

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cuda/kernels.h"
 #include "device.h"
 
 namespace ch00 {
@@ -30,6 +31,10 @@ inline void polynomial_cpu(const float* x, float* y, int64_t n, int64_t degree) 
   }
 }
 
+// The same math as a CUDA kernel, one thread per element, launched on `stream` (a cudaStream_t).
+// Defined in polynomial.cu, which the chapter compiles only when the build has CUDA.
+void polynomial_cuda(const float* x, float* y, int64_t n, int64_t degree, void* stream);
+
 // Launches the kernel on stream s: y = p(x). It reads x and writes y (the race check sees both).
 inline void polynomial(shardlab::Device& dev, shardlab::Stream& s, const shardlab::Tensor& x,
                        const shardlab::Tensor& y, int64_t degree) {
@@ -37,7 +42,8 @@ inline void polynomial(shardlab::Device& dev, shardlab::Stream& s, const shardla
   shardlab::Kernel k{"polynomial", 2.0 * static_cast<double>(degree * n), 8.0 * static_cast<double>(n),
                      shardlab::DType::f32, shardlab::KernelClass::elementwise,
                      {shardlab::reads(x), shardlab::writes(y)}};
-  dev.launch(s, k, [=] { polynomial_cpu(x.f32(), y.f32(), n, degree); });
+  dev.launch(s, k, [=] { polynomial_cpu(x.f32(), y.f32(), n, degree); },
+             SHARDLAB_ON_CUDA(polynomial_cuda(x.f32(), y.f32(), n, degree, stream)));
 }
 
 }  // namespace ch00

@@ -1,0 +1,101 @@
+// cuda_device.h: the real GPU behind the Device interface (DESIGN.md "Two devices, one program").
+//
+// Every Device call maps onto the CUDA runtime call it is named after: launch runs the op's
+// CUDA body on the stream, record/wait/synchronize/query are cudaEventRecord,
+// cudaStreamWaitEvent, cudaEvent/Stream/DeviceSynchronize and cudaEventQuery, the caching
+// allocator (allocator.h, the same one the sim uses) takes its segments from cudaMalloc and
+// knows a freed block's other-stream work has finished by querying an event.
+//
+// Traces. The trace has the sim's fields, but its times are measured:
+//   - host lane: each runtime call is timed on the CPU (steady wall clock, job-wide base);
+//   - device lanes: every kernel, copy and collective is bracketed by two timing events on its
+//     stream; once they have completed, their times are cudaEventElapsedTime from a calibration
+//     event whose host time is known. Calibration happens while the device is idle (at the
+//     first use and after each full synchronize, which every training step ends with), so the
+//     elapsed times stay short and exact to about a microsecond, and device and host lanes
+//     share one clock. Ranks share the base (rank 0's clock, broadcast by the job), so lanes
+//     of all ranks line up on one node.
+// Slices are written as their events complete (at synchronize points), not in time order;
+// viewers sort.
+//
+// Not on CUDA: the race check (compute-sanitizer --tool racecheck does that on real GPUs) and
+// --compute skip (real GPUs always compute).
+//
+//   build: cmake --preset default && cmake --build --preset default   (whenever nvcc is found)
+//   run:   mpirun -np 2 build/chapters/02_naive_ddp/02_naive_ddp --device cuda
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "device.h"
+
+namespace shardlab {
+
+class CudaDevice final : public Device, private AllocatorBackend {
+ public:
+  // Binds this process to GPU `device_index` (the local rank). `profile` supplies what only the
+  // sim uses (cost constants) and is overwritten with the GPU's measured name, memory, SM count
+  // and compute capability. `base_time_ns`: the job-wide time origin (Unix-epoch ns).
+  CudaDevice(Profile profile, int rank, int world_size, int device_index, int64_t base_time_ns);
+  ~CudaDevice() override;
+
+  std::string_view kind() const override { return "cuda"; }
+  Stream& create_stream(std::string name) override;
+  void launch(Stream& s, const Kernel& k, const HostBody& host, const CudaBody& cuda = {}) override;
+  void memcpy(Stream& s, const Tensor& dst, const Tensor& src) override;
+  Event record(Stream& s) override;
+  void wait(Stream& s, const Event& e) override;
+  void synchronize(const Event& e) override;
+  void synchronize(Stream& s) override;
+  void synchronize() override;
+  bool query(const Event& e) override;
+  double elapsed_us(const Event& start, const Event& end) override;
+  int64_t now_ns() override;
+  int64_t base_time_ns() const override { return base_time_ns_; }
+  void host_work(std::string_view name, int64_t ns) override;
+
+  static cudaStream_t handle(const Stream& s);
+
+  // --- For communicators (NcclComm, MpiComm staging through host memory): device work that is
+  // not a kernel launch. `begin` times a library call on the host and brackets the stream's
+  // work from here on; `end_collective` closes the bracket and queues the slice for the trace.
+  struct Bracket {
+    int64_t host_start_ns = 0;
+    cudaEvent_t start = nullptr;
+  };
+  Bracket begin(Stream& s);
+  void end_collective(Stream& s, const Bracket& b, std::string_view api, const CollectiveArgs& c);
+
+ private:
+  struct CudaStream;
+  struct PendingSlice;
+
+  CudaStream& cuda_stream(Stream& s);
+  cudaEvent_t timing_event();                         // from the pool
+  void finish_bracket(Stream& s, const Bracket& b, PendingSlice slice);
+  void flush_completed(bool all_done);                // write completed slices to the trace
+  void calibrate();                                   // device idle: pin device time to host time
+  int64_t device_time_ns(cudaEvent_t e) const;
+
+  // AllocatorBackend
+  void* raw_alloc(size_t bytes) override;
+  void raw_free(void* ptr, size_t bytes) override;
+  Event record_event(Stream& stream) override;
+  bool event_done(const Event& event) override;
+  void synchronize_device() override;
+  void memory_changed(size_t allocated, size_t reserved) override;
+  HostBlock host_alloc(size_t bytes) override;
+
+  int device_index_;
+  int64_t base_time_ns_;
+  std::vector<PendingSlice> pending_;      // device slices whose events have not been read yet
+  std::vector<cudaEvent_t> free_events_;   // timing events ready for reuse
+  cudaEvent_t calibration_ = nullptr;      // device time zero of the current calibration...
+  int64_t calibration_host_ns_ = 0;        // ...and its host time
+};
+
+}  // namespace shardlab

@@ -1,0 +1,999 @@
+// kernels.cu: the CUDA kernels of every device op (ops.h, attention.h), in the style of
+// karpathy/llm.c: plain C-style kernels, one per op, fp32 throughout, cuBLAS for the matmuls.
+// Each host function mirrors the CPU body of its op in ops.cpp / attention.cpp exactly (the
+// same formulas in the same order where the order matters); kernels.h lists them.
+//
+// Build and run: CMake compiles this file into shardlab_common whenever nvcc is found, and the
+// GPU test checks every kernel against the CPU ops (it skips with exit code 77 without a GPU):
+//   cmake --preset default && cmake --build --preset default --target shardlab_cuda_tests
+//   build/tests/shardlab_cuda_tests            # prints each op's relative error
+//   build/tests/bench_cuda_matmul              # cuBLAS SGEMM at gpt2-small shapes, TFLOP/s
+//
+// Conventions: sizes arrive as int64_t; a kernel indexes memory with 64-bit offsets and uses
+// int for what is bounded by a block or a row (lanes, channels, sequence positions). Every CUDA
+// call goes through CUDA_CHECK (check.h), every launch is followed by
+// CUDA_CHECK(cudaGetLastError()) so a bad launch names its op, every cuBLAS call through
+// CUBLAS_CHECK; a launch with no work (n == 0) is skipped, since a grid of zero blocks is an error.
+#include "kernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "check.h"
+
+// CUDA_CHECK's twin for cuBLAS: throws std::runtime_error naming the call, the place and
+// cuBLAS's own words.
+#define CUBLAS_CHECK(call)                                                              \
+  do {                                                                                  \
+    const cublasStatus_t status_ = (call);                                              \
+    if (status_ != CUBLAS_STATUS_SUCCESS)                                               \
+      shardlab::cuda::fail(#call, __FILE__, __LINE__, cublasGetStatusString(status_)); \
+  } while (0)
+
+namespace shardlab::cuda {
+namespace {
+
+constexpr int kThreads = 256;  // threads per block of the one-thread-per-element kernels
+constexpr int kWarp = 32;
+
+cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+// Blocks of `threads` that cover n items, one item per thread.
+unsigned int blocks_for(int64_t n, int64_t threads) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  if (blocks > INT_MAX) throw std::invalid_argument("kernels.cu: " + std::to_string(n) + " items need too many blocks");
+  return static_cast<unsigned int>(blocks);
+}
+
+// ---- reductions: a warp's 32 lanes combine through shuffles (every lane gets the result);
+// a block's warps then combine through shared memory (every thread gets the result).
+__device__ float warp_sum(float x) {
+  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffff, x, offset);
+  return x;
+}
+
+__device__ float warp_max(float x) {
+  for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, offset));
+  return x;
+}
+
+// blockDim.x must be a multiple of 32. The trailing __syncthreads lets a caller reduce again.
+__device__ float block_sum(float x) {
+  __shared__ float partial[32];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;
+  x = warp_sum(x);
+  if (lane == 0) partial[warp] = x;
+  __syncthreads();
+  x = warp_sum(lane < warps ? partial[lane] : 0.0f);
+  __syncthreads();
+  return x;
+}
+
+__device__ float block_max(float x) {
+  __shared__ float partial[32];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;
+  x = warp_max(x);
+  if (lane == 0) partial[warp] = x;
+  __syncthreads();
+  x = warp_max(lane < warps ? partial[lane] : -INFINITY);
+  __syncthreads();
+  return x;
+}
+
+// A token id or target outside its table. The CPU op throws; a kernel cannot, so it prints the
+// CPU's message and traps, as PyTorch's device-side asserts do: the launch fails, the error
+// surfaces at the next synchronizing CUDA call, and the CUDA context is unusable afterwards.
+// Every thread that would use the id checks it (so none reads outside the table); only the one
+// with `print` set says why, so the message appears once per bad position.
+__device__ void check_index(const char* op, const char* what, int id, const char* place, int64_t where, int64_t limit,
+                            bool print) {
+  if (id >= 0 && id < limit) return;
+  if (print)
+    printf("%s: %s %d at %s %lld outside [0, %lld)\n", op, what, id, place, static_cast<long long>(where),
+           static_cast<long long>(limit));
+  __trap();
+}
+
+// ============================================================================================
+// Elementwise and memory. One thread per element: thread i of the grid handles element i.
+
+__global__ void fill_kernel(float* t, int64_t n, float value) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) t[i] = value;
+}
+
+__global__ void add_kernel(float* dst, const float* src, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] += src[i];
+}
+
+__global__ void scale_kernel(float* t, int64_t n, float factor) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) t[i] *= factor;
+}
+
+__global__ void residual_forward_kernel(float* out, const float* a, const float* b, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] + b[i];
+}
+
+}  // namespace
+
+void fill(float* t, int64_t n, float value, void* stream) {
+  if (n == 0) return;
+  fill_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(t, n, value);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// Byte for byte, any dtype: a device-to-device copy engine transfer, no kernel needed.
+void copy(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, as_stream(stream)));
+}
+
+void add_(float* dst, const float* src, int64_t n, void* stream) {
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(dst, src, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void scale_(float* t, int64_t n, float factor, void* stream) {
+  if (n == 0) return;
+  scale_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(t, n, factor);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void residual_forward(float* out, const float* a, const float* b, int64_t n, void* stream) {
+  if (n == 0) return;
+  residual_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(out, a, b, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// ============================================================================================
+// Embeddings.
+
+namespace {
+
+// One thread per output element: thread i handles out[bt, c] with bt = i / C, c = i % C, so a
+// warp reads 32 consecutive channels of one wte row and one wpe row (coalesced).
+__global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                                         int64_t BT, int64_t T, int64_t C, int64_t V) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= BT * C) return;
+  const int64_t bt = i / C, c = i % C, t = bt % T;
+  const int32_t ix = tokens[bt];
+  check_index("embedding_forward", "id", ix, "position", bt, V, c == 0);
+  out[i] = wte[ix * C + c] + wpe[t * C + c];
+}
+
+// One thread per element of dout, mapped as in the forward: it adds dout[bt, c] into
+// dwte[token, c] and dwpe[t, c]. Positions that share a token (and, for dwpe, the B batch rows
+// of one position) add into the same element concurrently, so both adds are atomicAdd. That is
+// correct and fast here: collisions are few (a token repeated within a batch, B rows per
+// position) and spread over different addresses. The price is that the order of the float
+// additions, hence the last bits of the result, can change from run to run; llm.c's
+// deterministic alternative sorts positions by token first, which is much more code.
+__global__ void embedding_backward_kernel(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                                          int64_t BT, int64_t T, int64_t C, int64_t V) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= BT * C) return;
+  const int64_t bt = i / C, c = i % C, t = bt % T;
+  const int32_t ix = tokens[bt];
+  check_index("embedding_backward", "id", ix, "position", bt, V, c == 0);
+  atomicAdd(&dwte[ix * C + c], dout[i]);
+  atomicAdd(&dwpe[t * C + c], dout[i]);
+}
+
+}  // namespace
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T,
+                       int64_t C, int64_t V, void* stream) {
+  const int64_t n = B * T * C;
+  if (n == 0) return;
+  embedding_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(out, tokens, wte, wpe, B * T,
+                                                                                       T, C, V);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
+                        int64_t C, int64_t V, void* stream) {
+  const int64_t n = B * T * C;
+  if (n == 0) return;
+  embedding_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(dwte, dwpe, dout, tokens,
+                                                                                        B * T, T, C, V);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// ============================================================================================
+// Layernorm.
+
+namespace {
+
+constexpr int kRowWarps = 8;  // rows per block in the one-warp-per-row kernels
+
+// One warp per row: warp w of block b normalizes row n = b * kRowWarps + w; its lanes stride
+// over the row's channels (lane, lane + 32, ...), so each pass reads the row coalesced. Two
+// passes as on the CPU: the mean, then the biased variance around it.
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                         const float* bias, int64_t N, int C) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;
+  if (n >= N) return;
+  const float* x = inp + n * C;
+  float sum = 0.0f;
+  for (int i = lane; i < C; i += kWarp) sum += x[i];
+  const float m = warp_sum(sum) / static_cast<float>(C);
+  float sq = 0.0f;
+  for (int i = lane; i < C; i += kWarp) sq += (x[i] - m) * (x[i] - m);
+  const float rs = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(C) + 1e-5f);
+  float* o = out + n * C;
+  for (int i = lane; i < C; i += kWarp) o[i] = (x[i] - m) * rs * weight[i] + bias[i];
+  if (lane == 0) {
+    mean[n] = m;
+    rstd[n] = rs;
+  }
+}
+
+// dinp, one warp per row (mapped as in the forward): with norm = (x - mean) rstd and
+// dnorm = weight dout, dinp += rstd (dnorm - mean(dnorm) - norm mean(dnorm norm)).
+__global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp, const float* weight,
+                                                const float* mean, const float* rstd, int64_t N, int C) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;
+  if (n >= N) return;
+  const float* x = inp + n * C;
+  const float* dy = dout + n * C;
+  float* dx = dinp + n * C;
+  const float m = mean[n], rs = rstd[n];
+  float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
+  for (int i = lane; i < C; i += kWarp) {
+    const float dnorm = weight[i] * dy[i];
+    dnorm_sum += dnorm;
+    dnorm_norm_sum += dnorm * (x[i] - m) * rs;
+  }
+  const float dnorm_mean = warp_sum(dnorm_sum) / static_cast<float>(C);
+  const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) / static_cast<float>(C);
+  for (int i = lane; i < C; i += kWarp)
+    dx[i] += (weight[i] * dy[i] - dnorm_mean - (x[i] - m) * rs * dnorm_norm_mean) * rs;
+}
+
+// Column sums over N rows, shared by the layernorm parameters and the matmul bias: a block of
+// 32 x 32 threads owns 32 adjacent columns; thread (x, y) sums rows y, y + 32, y + 64, ... of
+// column 32 * blockIdx.x + x (a warp, fixed y, reads 32 adjacent floats of one row: coalesced),
+// then the 32 partial sums of each column are added in shared memory in a fixed order.
+// Deterministic, no atomics. The layernorm's sums: dbias += sum dout, dweight += sum norm dout.
+__global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const float* dout, const float* inp,
+                                                 const float* mean, const float* rstd, int64_t N, int C) {
+  __shared__ float partial_w[kWarp][kWarp + 1], partial_b[kWarp][kWarp + 1];
+  const int x = threadIdx.x, y = threadIdx.y;
+  const int c = blockIdx.x * kWarp + x;
+  float sw = 0.0f, sb = 0.0f;
+  if (c < C)
+    for (int64_t n = y; n < N; n += kWarp) {
+      const float dy = dout[n * C + c];
+      sb += dy;
+      sw += (inp[n * C + c] - mean[n]) * rstd[n] * dy;
+    }
+  partial_w[y][x] = sw;
+  partial_b[y][x] = sb;
+  __syncthreads();
+  if (y != 0 || c >= C) return;
+  for (int r = 1; r < kWarp; ++r) {
+    sw += partial_w[r][x];
+    sb += partial_b[r][x];
+  }
+  dweight[c] += sw;
+  dbias[c] += sb;
+}
+
+// dbias[c] += sum over rows of dout[n, c], threads mapped as in layernorm_backward_params_kernel.
+__global__ void bias_backward_kernel(float* dbias, const float* dout, int64_t N, int OC) {
+  __shared__ float partial[kWarp][kWarp + 1];
+  const int x = threadIdx.x, y = threadIdx.y;
+  const int c = blockIdx.x * kWarp + x;
+  float s = 0.0f;
+  if (c < OC)
+    for (int64_t n = y; n < N; n += kWarp) s += dout[n * OC + c];
+  partial[y][x] = s;
+  __syncthreads();
+  if (y != 0 || c >= OC) return;
+  for (int r = 1; r < kWarp; ++r) s += partial[r][x];
+  dbias[c] += s;
+}
+
+// C fits an int (a row of 2^31 floats would not fit any GPU's block of work anyway).
+int row_length(int64_t C, const char* op) {
+  if (C > INT_MAX) throw std::invalid_argument(std::string(op) + ": rows of " + std::to_string(C) + " are too long");
+  return static_cast<int>(C);
+}
+
+}  // namespace
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int64_t C, void* stream) {
+  if (N == 0) return;
+  layernorm_forward_kernel<<<blocks_for(N, kRowWarps), kRowWarps * kWarp, 0, as_stream(stream)>>>(
+      out, mean, rstd, inp, weight, bias, N, row_length(C, "layernorm_forward"));
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
+                        void* stream) {
+  if (N == 0 || C == 0) return;
+  const int c = row_length(C, "layernorm_backward");
+  layernorm_backward_input_kernel<<<blocks_for(N, kRowWarps), kRowWarps * kWarp, 0, as_stream(stream)>>>(
+      dinp, dout, inp, weight, mean, rstd, N, c);
+  CUDA_CHECK(cudaGetLastError());
+  layernorm_backward_params_kernel<<<blocks_for(C, kWarp), dim3(kWarp, kWarp), 0, as_stream(stream)>>>(
+      dweight, dbias, dout, inp, mean, rstd, N, c);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// ============================================================================================
+// Matmuls through cuBLAS SGEMM.
+//
+// cuBLAS is column-major (Fortran): a matrix is stored column by column. The usual transpose
+// trick: a row-major [R, K] array, read column-major, is the [K, R] matrix, its transpose. So
+// cuBLAS sees inp^T [C, N], weight^T [C, OC] and dout^T [OC, N] without any copy, and we ask it
+// for the transpose of each result, written column-major, which is the result row-major:
+//   out = inp weight^T       ->  out^T [OC, N]     = op_T(weight^T) op_N(inp^T)    (T, N), k = C
+//   dinp += dout weight      ->  dinp^T [C, N]     = op_N(weight^T) op_N(dout^T)   (N, N), k = OC
+//   dweight += dout^T inp    ->  dweight^T [C, OC] = op_N(inp^T) op_T(dout^T)      (N, T), k = N
+// Leading dimensions are the row lengths of the row-major arrays.
+// beta = 1 makes SGEMM accumulate, which is what the backward convention asks for.
+//
+// Precision: true fp32. The handle's math mode is CUBLAS_DEFAULT_MATH, which does not use TF32
+// tensor cores for SGEMM: the same as PyTorch's default for fp32 matmuls
+// (torch.backends.cuda.matmul.allow_tf32 = False), and what the CPU gemm is compared against.
+
+namespace {
+
+// One cuBLAS handle per GPU, created the first time that GPU (the current device) multiplies,
+// and kept for the life of the process (destroying it at exit would race the CUDA runtime's own
+// teardown). Handles are shared by every stream of their GPU: each call sets its stream first,
+// under a lock, so two host threads cannot interleave a stream switch and a GEMM.
+std::mutex cublas_mutex;
+std::vector<cublasHandle_t> cublas_handles;  // indexed by device
+
+cublasHandle_t cublas_handle_locked() {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  if (cublas_handles.size() <= static_cast<size_t>(device)) cublas_handles.resize(static_cast<size_t>(device) + 1);
+  cublasHandle_t& handle = cublas_handles[static_cast<size_t>(device)];
+  if (handle == nullptr) {
+    CUBLAS_CHECK(cublasCreate(&handle));
+    CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+  }
+  return handle;
+}
+
+int gemm_dim(int64_t d, const char* op) {
+  if (d > INT_MAX)
+    throw std::invalid_argument(std::string(op) + ": dimension " + std::to_string(d) + " exceeds cuBLAS's int");
+  return static_cast<int>(d);
+}
+
+// Column-major C[m,n] = alpha op(A)[m,k] op(B)[k,n] + beta C on `stream`.
+void sgemm(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda,
+           const float* B, int64_t ldb, float beta, float* C, int64_t ldc, void* stream, const char* op) {
+  if (m == 0 || n == 0) return;
+  const float alpha = 1.0f;
+  std::lock_guard<std::mutex> lock(cublas_mutex);
+  cublasHandle_t handle = cublas_handle_locked();
+  CUBLAS_CHECK(cublasSetStream(handle, as_stream(stream)));
+  CUBLAS_CHECK(cublasSgemm(handle, op_a, op_b, gemm_dim(m, op), gemm_dim(n, op), gemm_dim(k, op), &alpha, A,
+                           gemm_dim(lda, op), B, gemm_dim(ldb, op), &beta, C, gemm_dim(ldc, op)));
+}
+
+// One thread per element of out[N, OC]: element i starts as bias[i % OC] (the GEMM then adds).
+__global__ void broadcast_bias_kernel(float* out, const float* bias, int64_t n, int64_t OC) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = bias[i % OC];
+}
+
+}  // namespace
+
+// As on the CPU: out starts as the bias (or, with beta = 0, is simply overwritten) and the GEMM
+// accumulates the product into it.
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t C,
+                    int64_t OC, void* stream) {
+  float beta = 0.0f;
+  if (bias != nullptr && N * OC > 0) {
+    broadcast_bias_kernel<<<blocks_for(N * OC, kThreads), kThreads, 0, as_stream(stream)>>>(out, bias, N * OC, OC);
+    CUDA_CHECK(cudaGetLastError());
+    beta = 1.0f;
+  }
+  sgemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, beta, out, OC, stream, "matmul_forward");
+}
+
+void matmul_backward_input(float* dinp, const float* dout, const float* weight, int64_t N, int64_t C, int64_t OC,
+                           void* stream) {
+  sgemm(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, 1.0f, dinp, C, stream, "matmul_backward_input");
+}
+
+void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, int64_t N, int64_t C,
+                            int64_t OC, void* stream) {
+  sgemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, C, stream, "matmul_backward_weight");
+  if (dbias == nullptr || N == 0 || OC == 0) return;
+  bias_backward_kernel<<<blocks_for(OC, kWarp), dim3(kWarp, kWarp), 0, as_stream(stream)>>>(
+      dbias, dout, N, row_length(OC, "matmul_backward_weight"));
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// ============================================================================================
+// GELU, tanh approximation. One thread per element.
+
+namespace {
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCube = 0.044715f;
+
+__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float x = inp[i];
+  const float u = kGeluScale * (x + kGeluCube * x * x * x);
+  out[i] = 0.5f * x * (1.0f + tanhf(u));
+}
+
+// dinp += (0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2)) dout
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float x = inp[i];
+  const float x2 = x * x;
+  const float th = tanhf(kGeluScale * (x + kGeluCube * x2 * x));
+  const float sech2 = 1.0f - th * th;
+  const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x2);
+  const float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * du;
+  dinp[i] += grad * dout[i];
+}
+
+}  // namespace
+
+void gelu_forward(float* out, const float* inp, int64_t n, void* stream) {
+  if (n == 0) return;
+  gelu_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(out, inp, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, void* stream) {
+  if (n == 0) return;
+  gelu_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(dinp, inp, dout, n);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// ============================================================================================
+// Softmax cross-entropy. One block per row of logits: its threads stride over the V logits
+// (thread t reads t, t + blockDim, ...: coalesced) and reduce the row's max and sum together.
+
+namespace {
+
+constexpr int kRowThreads = 512;  // threads per block of the one-block-per-row kernels
+
+// losses[n] = log(sum_j exp(x_j - max)) + max - x[target]
+__global__ void crossentropy_forward_kernel(float* losses, const float* logits, const int32_t* targets, int64_t V) {
+  const int64_t n = blockIdx.x;
+  const float* x = logits + n * V;
+  const int32_t target = targets[n];
+  check_index("crossentropy_forward", "target", target, "row", n, V, threadIdx.x == 0);
+  float mx = -INFINITY;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
+  mx = block_max(mx);
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) sum += expf(x[i] - mx);
+  sum = block_sum(sum);
+  if (threadIdx.x == 0) losses[n] = logf(sum) + mx - x[target];
+}
+
+// dlogits = softmax(x) dloss - onehot(target) dloss, written. The target element is written by
+// the one thread that owns it, after its softmax term, so no other thread touches it.
+__global__ void crossentropy_backward_kernel(float* dlogits, const float* logits, const int32_t* targets, int64_t V,
+                                             float dloss) {
+  const int64_t n = blockIdx.x;
+  const float* x = logits + n * V;
+  float* dx = dlogits + n * V;
+  const int32_t target = targets[n];
+  check_index("crossentropy_backward", "target", target, "row", n, V, threadIdx.x == 0);
+  float mx = -INFINITY;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
+  mx = block_max(mx);
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) sum += expf(x[i] - mx);
+  sum = block_sum(sum);
+  const float scale = dloss / sum;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
+    dx[i] = expf(x[i] - mx) * scale - (i == target ? dloss : 0.0f);
+}
+
+unsigned int row_blocks(int64_t N, const char* op) {
+  if (N > INT_MAX) throw std::invalid_argument(std::string(op) + ": " + std::to_string(N) + " rows are too many");
+  return static_cast<unsigned int>(N);
+}
+
+}  // namespace
+
+void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                          void* stream) {
+  if (N == 0) return;
+  crossentropy_forward_kernel<<<row_blocks(N, "crossentropy_forward"), kRowThreads, 0, as_stream(stream)>>>(
+      losses, logits, targets, V);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                           float dloss, void* stream) {
+  if (N == 0) return;
+  crossentropy_backward_kernel<<<row_blocks(N, "crossentropy_backward"), kRowThreads, 0, as_stream(stream)>>>(
+      dlogits, logits, targets, V, dloss);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// ============================================================================================
+// AdamW. One thread per parameter: it updates m, v and the parameter in PyTorch's order
+// (decoupled decay, then the bias-corrected Adam step).
+
+namespace {
+
+__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, int64_t n, float lr, float beta1,
+                             float beta2, float eps, float decay, float b1_corr, float b2_corr) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float g = grads[i];
+  const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+  const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+  m[i] = mi;
+  v[i] = vi;
+  const float mhat = mi / b1_corr, vhat = vi / b2_corr;
+  params[i] = params[i] * decay - lr * mhat / (sqrtf(vhat) + eps);
+}
+
+}  // namespace
+
+void adamw(float* params, const float* grads, float* m, float* v, int64_t n, int64_t t, float lr, float beta1,
+           float beta2, float eps, float weight_decay, void* stream) {
+  if (n == 0) return;
+  // The scalars exactly as ops.cpp forms them.
+  const float decay = 1.0f - lr * weight_decay;
+  const float b1_corr = static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(t)));
+  const float b2_corr = static_cast<float>(1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(t)));
+  adamw_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(params, grads, m, v, n, lr, beta1, beta2,
+                                                                           eps, decay, b1_corr, b2_corr);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// ============================================================================================
+// Attention with log-sum-exp (attention.h), FlashAttention-style but kept simple.
+//
+// Forward: one warp per query row, kAttnRows rows of one (batch, head) per block. The block
+// walks the keys in tiles of 32, staged in shared memory and shared by its warps. Per tile, a
+// warp computes 32 scores at once (lane l: key j0 + l, a dot product over hs against its query
+// row), then updates an online softmax (running max m and sum l, the output rescaled by
+// exp(m_old - m_new)) and adds the tile's p_j v_j with lanes over channels. No score matrix is
+// stored; lse = m + log(l) comes out at the end.
+//
+// Backward, from the final out and lse as attention.h specifies, in two kernels so that every
+// gradient element has exactly one owner (no atomics, deterministic):
+//   dq:     one warp per query row, the forward's loop: P and dS for a tile of 32 keys (lane l:
+//           key j0 + l), then dq_i += sum_j dS_ij k_j (lanes over channels).
+//   dk, dv: one warp per key row, the mirror image: tiles of 32 queries in shared memory (lane
+//           l: query i0 + l), dv_j += sum_i P_ij dout_i and dk_j += sum_i dS_ij q_i.
+// D_i = dout_i . out_i is needed by both; the dq kernel reduces it per row, the dk/dv kernel
+// per tile while staging it, so no scratch buffer is needed.
+//
+// Head size: a lane keeps hs / 32 accumulators in registers, and a block's shared memory holds
+// two 32-row tiles plus a row or two per warp, which for hs <= 128 fits the 48 KiB every GPU
+// gives without opting in. GPT-2's heads are 64 wide.
+
+namespace {
+
+constexpr int kAttnRows = 8;    // warps per block = query (or key) rows per block
+constexpr int kAttnTile = 32;   // keys (or queries) per shared-memory tile: one per lane
+constexpr int kMaxHs = 128;     // largest head size
+constexpr int kPerLane = kMaxHs / kWarp;  // channels a lane accumulates: c = lane + 32 r
+
+// Tile rows are padded to hs + 1 floats: lane l reading channel c of row l then hits bank
+// (l (hs + 1) + c) mod 32, a different bank for every lane.
+__host__ __device__ int tile_ld(int hs) { return hs + 1; }
+
+// Copies rows [r0, r0 + 32) of a [rows, hs] head into a padded shared tile, zeros past `rows`.
+// All threads of the block take part, consecutive threads copying consecutive floats.
+__device__ void load_tile(float* tile, const float* head, int r0, int rows, int hs) {
+  for (int idx = threadIdx.x; idx < kAttnTile * hs; idx += blockDim.x) {
+    const int r = idx / hs, c = idx % hs;
+    tile[r * tile_ld(hs) + c] = r0 + r < rows ? head[static_cast<int64_t>(r0 + r) * hs + c] : 0.0f;
+  }
+}
+
+// Copies one row of hs floats into shared memory, lanes over channels.
+__device__ void load_row(float* dst, const float* src, int hs, int lane) {
+  for (int c = lane; c < hs; c += kWarp) dst[c] = src[c];
+}
+
+// a . b over hs channels, both in shared memory (one lane's dot product; sequential like the CPU's).
+__device__ float dot(const float* a, const float* b, int hs) {
+  float s = 0.0f;
+  for (int c = 0; c < hs; ++c) s += a[c] * b[c];
+  return s;
+}
+
+// Grid: blockIdx.x = bh * row_blocks + rb for head bh in [0, B*NH), row block rb. Warp w of the
+// block owns query row i = rb * kAttnRows + w of that head.
+// Shared memory: K and V tiles (32 x (hs+1) each), then each warp's query row (hs).
+__global__ void attention_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v,
+                                         int Tq, int Tk, int hs, bool causal, float scale, int row_blocks) {
+  extern __shared__ float smem[];
+  float* ks = smem;
+  float* vs = ks + kAttnTile * tile_ld(hs);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  float* qs = vs + kAttnTile * tile_ld(hs) + warp * hs;
+  const int64_t bh = blockIdx.x / row_blocks;
+  const int i0 = (blockIdx.x % row_blocks) * kAttnRows, i = i0 + warp;
+  const float* kh = k + bh * Tk * hs;
+  const float* vh = v + bh * Tk * hs;
+  const bool active = i < Tq;
+  const int visible = !active ? 0 : causal ? i + 1 : Tk;                  // keys row i sees
+  const int block_keys = causal ? min(i0 + kAttnRows, Tq) : Tk;          // keys any row of the block sees
+  if (active) load_row(qs, q + (bh * Tq + i) * hs, hs, lane);
+
+  float m = -INFINITY, l = 0.0f, acc[kPerLane] = {};
+  for (int j0 = 0; j0 < block_keys; j0 += kAttnTile) {
+    __syncthreads();  // every warp is done with the previous tile (and its query row is stored)
+    load_tile(ks, kh, j0, Tk, hs);
+    load_tile(vs, vh, j0, Tk, hs);
+    __syncthreads();
+    if (j0 >= visible) continue;  // the whole warp agrees: this tile is masked for row i
+    const int j = j0 + lane;
+    const float s = j < visible ? scale * dot(qs, ks + lane * tile_ld(hs), hs) : -INFINITY;
+    const float m_new = fmaxf(m, warp_max(s));  // finite: key j0 is visible
+    const float p = expf(s - m_new);            // 0 for a masked key
+    const float correction = expf(m - m_new);   // 0 on the first tile (m = -inf)
+    l = l * correction + warp_sum(p);
+    m = m_new;
+    const int n = min(kAttnTile, visible - j0);
+#pragma unroll
+    for (int r = 0; r < kPerLane; ++r) acc[r] *= correction;
+    for (int jj = 0; jj < n; ++jj) {
+      const float pj = __shfl_sync(0xffffffff, p, jj);
+#pragma unroll
+      for (int r = 0; r < kPerLane; ++r) {
+        const int c = lane + r * kWarp;
+        if (c < hs) acc[r] += pj * vs[jj * tile_ld(hs) + c];
+      }
+    }
+  }
+  if (!active) return;
+  // A row that saw no key (Tk == 0) keeps l == 0: lse -inf and output 0, never 0/0.
+  const int64_t row = bh * Tq + i;
+  if (lane == 0) lse[row] = l > 0.0f ? m + logf(l) : -INFINITY;
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) {
+    const int c = lane + r * kWarp;
+    if (c < hs) out[row * hs + c] = l > 0.0f ? acc[r] / l : 0.0f;
+  }
+}
+
+// dq: threads and shared memory as in the forward, plus each warp's dout row.
+//   P_ij = exp(scale q_i . k_j - lse_i), dS_ij = P_ij (dout_i . v_j - D_i), dq_i += scale sum_j dS_ij k_j
+__global__ void attention_backward_dq_kernel(float* dq, const float* dout, const float* q, const float* k,
+                                             const float* v, const float* out, const float* lse, int Tq, int Tk,
+                                             int hs, bool causal, float scale, int row_blocks) {
+  extern __shared__ float smem[];
+  float* ks = smem;
+  float* vs = ks + kAttnTile * tile_ld(hs);
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  float* qs = vs + kAttnTile * tile_ld(hs) + warp * 2 * hs;
+  float* dos = qs + hs;
+  const int64_t bh = blockIdx.x / row_blocks;
+  const int i0 = (blockIdx.x % row_blocks) * kAttnRows, i = i0 + warp;
+  const float* kh = k + bh * Tk * hs;
+  const float* vh = v + bh * Tk * hs;
+  const int64_t row = bh * Tq + i;
+  const bool active = i < Tq;
+  const int visible = !active ? 0 : causal ? i + 1 : Tk;
+  const int block_keys = causal ? min(i0 + kAttnRows, Tq) : Tk;
+  float D = 0.0f, row_lse = 0.0f;
+  if (active) {
+    load_row(qs, q + row * hs, hs, lane);
+    load_row(dos, dout + row * hs, hs, lane);
+    float d = 0.0f;
+    for (int c = lane; c < hs; c += kWarp) d += dout[row * hs + c] * out[row * hs + c];
+    D = warp_sum(d);
+    row_lse = lse[row];
+  }
+
+  float acc[kPerLane] = {};
+  for (int j0 = 0; j0 < block_keys; j0 += kAttnTile) {
+    __syncthreads();
+    load_tile(ks, kh, j0, Tk, hs);
+    load_tile(vs, vh, j0, Tk, hs);
+    __syncthreads();
+    if (j0 >= visible) continue;
+    const int j = j0 + lane;
+    float ds = 0.0f;  // scale dS_ij for key j, 0 when masked
+    if (j < visible) {
+      const float p = expf(scale * dot(qs, ks + lane * tile_ld(hs), hs) - row_lse);
+      ds = scale * p * (dot(dos, vs + lane * tile_ld(hs), hs) - D);
+    }
+    const int n = min(kAttnTile, visible - j0);
+    for (int jj = 0; jj < n; ++jj) {
+      const float dsj = __shfl_sync(0xffffffff, ds, jj);
+#pragma unroll
+      for (int r = 0; r < kPerLane; ++r) {
+        const int c = lane + r * kWarp;
+        if (c < hs) acc[r] += dsj * ks[jj * tile_ld(hs) + c];
+      }
+    }
+  }
+  if (!active) return;
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) {
+    const int c = lane + r * kWarp;
+    if (c < hs) dq[row * hs + c] += acc[r];
+  }
+}
+
+// dk, dv: blockIdx.x = bh * key_blocks + kb; warp w owns key row j = kb * kAttnRows + w. The
+// block walks the queries that can see its keys (all, or from its first key on when causal) in
+// tiles of 32: q and dout rows in shared memory, with each query's lse and D; lane l handles
+// query i0 + l. Shared memory: q and dout tiles (32 x (hs+1) each), the tile's lse and D (32
+// each), then each warp's k and v rows (hs each).
+//   dv_j += sum_i P_ij dout_i,  dk_j += scale sum_i dS_ij q_i
+__global__ void attention_backward_dkv_kernel(float* dk, float* dv, const float* dout, const float* q,
+                                              const float* k, const float* v, const float* out, const float* lse,
+                                              int Tq, int Tk, int hs, bool causal, float scale, int key_blocks) {
+  extern __shared__ float smem[];
+  float* qs = smem;
+  float* dos = qs + kAttnTile * tile_ld(hs);
+  float* lse_s = dos + kAttnTile * tile_ld(hs);
+  float* D_s = lse_s + kAttnTile;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  float* ks = D_s + kAttnTile + warp * 2 * hs;
+  float* vs = ks + hs;
+  const int64_t bh = blockIdx.x / key_blocks;
+  const int j_first = (blockIdx.x % key_blocks) * kAttnRows, j = j_first + warp;
+  const float* qh = q + bh * Tq * hs;
+  const float* doh = dout + bh * Tq * hs;
+  const float* oh = out + bh * Tq * hs;
+  const bool active = j < Tk;
+  if (active) {
+    load_row(ks, k + (bh * Tk + j) * hs, hs, lane);
+    load_row(vs, v + (bh * Tk + j) * hs, hs, lane);
+  }
+
+  float dk_acc[kPerLane] = {}, dv_acc[kPerLane] = {};
+  for (int i0 = causal ? j_first : 0; i0 < Tq; i0 += kAttnTile) {
+    __syncthreads();
+    load_tile(qs, qh, i0, Tq, hs);
+    load_tile(dos, doh, i0, Tq, hs);
+    // The tile's lse and D: warp w takes queries w, w + kAttnRows, ..., lanes over channels.
+    for (int r = warp; r < kAttnTile; r += kAttnRows) {
+      const int64_t qi = i0 + r;
+      float d = 0.0f;
+      if (qi < Tq)
+        for (int c = lane; c < hs; c += kWarp) d += doh[qi * hs + c] * oh[qi * hs + c];
+      d = warp_sum(d);
+      if (lane == 0) {
+        D_s[r] = d;
+        lse_s[r] = qi < Tq ? lse[bh * Tq + qi] : 0.0f;
+      }
+    }
+    __syncthreads();
+    if (!active) continue;
+    const int i = i0 + lane;
+    float p = 0.0f, ds = 0.0f;  // P_ij and scale dS_ij for query i, 0 when it does not see key j
+    if (i < Tq && (!causal || i >= j)) {
+      p = expf(scale * dot(ks, qs + lane * tile_ld(hs), hs) - lse_s[lane]);
+      ds = scale * p * (dot(vs, dos + lane * tile_ld(hs), hs) - D_s[lane]);
+    }
+    const int n = min(kAttnTile, Tq - i0);
+    for (int ii = 0; ii < n; ++ii) {
+      const float pi = __shfl_sync(0xffffffff, p, ii), dsi = __shfl_sync(0xffffffff, ds, ii);
+#pragma unroll
+      for (int r = 0; r < kPerLane; ++r) {
+        const int c = lane + r * kWarp;
+        if (c < hs) {
+          dv_acc[r] += pi * dos[ii * tile_ld(hs) + c];
+          dk_acc[r] += dsi * qs[ii * tile_ld(hs) + c];
+        }
+      }
+    }
+  }
+  if (!active) return;
+  const int64_t key = bh * Tk + j;
+#pragma unroll
+  for (int r = 0; r < kPerLane; ++r) {
+    const int c = lane + r * kWarp;
+    if (c < hs) {
+      dk[key * hs + c] += dk_acc[r];
+      dv[key * hs + c] += dv_acc[r];
+    }
+  }
+}
+
+// The sizes of one attention call as the kernels take them; throws for what they cannot do.
+struct AttnLaunch {
+  int Tq, Tk, hs;
+  float scale;
+};
+
+AttnLaunch attention_launch(const char* op, int64_t B, int64_t NH, int64_t Tq, int64_t Tk, int64_t hs) {
+  if (hs < 1 || hs > kMaxHs)
+    throw std::invalid_argument(std::string(op) + ": head size " + std::to_string(hs) + " outside [1, " +
+                                std::to_string(kMaxHs) + "] (the CUDA kernel's register and shared-memory budget)");
+  if (Tq > INT_MAX || Tk > INT_MAX) throw std::invalid_argument(std::string(op) + ": sequence too long");
+  const int64_t blocks = B * NH * ((std::max(Tq, Tk) + kAttnRows - 1) / kAttnRows);
+  if (blocks > INT_MAX) throw std::invalid_argument(std::string(op) + ": too many blocks");
+  // The scale exactly as attention.cpp forms it.
+  return {static_cast<int>(Tq), static_cast<int>(Tk), static_cast<int>(hs), 1.0f / std::sqrt(static_cast<float>(hs))};
+}
+
+// Dynamic shared memory of the attention kernels: two padded 32-row tiles, the 32 lses and Ds of
+// a query tile (used by the dk/dv kernel only), and `rows_per_warp` rows of hs for each warp.
+// At hs = 128 and two rows per warp: 41,472 bytes.
+size_t attention_smem(int hs, int rows_per_warp) {
+  const int floats = 2 * kAttnTile * tile_ld(hs) + 2 * kAttnTile + kAttnRows * rows_per_warp * hs;
+  return sizeof(float) * static_cast<size_t>(floats);
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B, int64_t NH,
+                       int64_t Tq, int64_t Tk, int64_t hs, bool causal, void* stream) {
+  if (B * NH == 0 || Tq == 0) return;
+  const AttnLaunch a = attention_launch("attention_forward", B, NH, Tq, Tk, hs);
+  const int row_blocks = (a.Tq + kAttnRows - 1) / kAttnRows;
+  attention_forward_kernel<<<static_cast<unsigned int>(B * NH * row_blocks), kAttnRows * kWarp,
+                             attention_smem(a.hs, 1), as_stream(stream)>>>(out, lse, q, k, v, a.Tq, a.Tk, a.hs, causal,
+                                                                          a.scale, row_blocks);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                        const float* v, const float* out, const float* lse, int64_t B, int64_t NH, int64_t Tq,
+                        int64_t Tk, int64_t hs, bool causal, void* stream) {
+  if (B * NH == 0 || Tq == 0 || Tk == 0) return;  // no (query, key) pair: no gradient
+  const AttnLaunch a = attention_launch("attention_backward", B, NH, Tq, Tk, hs);
+  const int row_blocks = (a.Tq + kAttnRows - 1) / kAttnRows;
+  attention_backward_dq_kernel<<<static_cast<unsigned int>(B * NH * row_blocks), kAttnRows * kWarp,
+                                 attention_smem(a.hs, 2), as_stream(stream)>>>(dq, dout, q, k, v, out, lse, a.Tq, a.Tk,
+                                                                              a.hs, causal, a.scale, row_blocks);
+  CUDA_CHECK(cudaGetLastError());
+  const int key_blocks = (a.Tk + kAttnRows - 1) / kAttnRows;
+  attention_backward_dkv_kernel<<<static_cast<unsigned int>(B * NH * key_blocks), kAttnRows * kWarp,
+                                  attention_smem(a.hs, 2), as_stream(stream)>>>(dk, dv, dout, q, k, v, out, lse, a.Tq,
+                                                                               a.Tk, a.hs, causal, a.scale,
+                                                                               key_blocks);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// ============================================================================================
+// Attention merge: one warp per row r (warp w of block b: r = b * kRowWarps + w), lanes over
+// its hs channels. Every lane reads both lses before lane 0 writes the new one (__syncwarp).
+
+namespace {
+
+__global__ void attention_merge_kernel(float* out, float* lse, const float* out_b, const float* lse_b, int64_t rows,
+                                       int hs) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;
+  if (r >= rows) return;
+  const float la = lse[r], lb = lse_b[r];
+  __syncwarp();
+  if (lb == -INFINITY) return;  // the partial result saw no keys: nothing to add
+  float* oa = out + r * hs;
+  const float* ob = out_b + r * hs;
+  if (la == -INFINITY) {  // ours saw none: take theirs (our out is never read, it may be garbage)
+    for (int c = lane; c < hs; c += kWarp) oa[c] = ob[c];
+    if (lane == 0) lse[r] = lb;
+    return;
+  }
+  const float m = fmaxf(la, lb), n = fminf(la, lb);
+  const float l = m + log1pf(expf(n - m));
+  const float wa = expf(la - l), wb = expf(lb - l);
+  for (int c = lane; c < hs; c += kWarp) oa[c] = wa * oa[c] + wb * ob[c];
+  if (lane == 0) lse[r] = l;
+}
+
+}  // namespace
+
+void attention_merge(float* out, float* lse, const float* out_b, const float* lse_b, int64_t rows, int64_t hs,
+                     void* stream) {
+  if (rows == 0) return;
+  attention_merge_kernel<<<blocks_for(rows, kRowWarps), kRowWarps * kWarp, 0, as_stream(stream)>>>(
+      out, lse, out_b, lse_b, rows, row_length(hs, "attention_merge"));
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// ============================================================================================
+// Layouts around attention: pure permutations (the backward ones add). One thread per element
+// of the [B, NH, T, hs] side: thread i handles (b, h, t, c) in that order, c fastest, so a warp
+// moves 32 consecutive channels of one head row on both sides.
+
+namespace {
+
+// part in {0: q, 1: k, 2: v}: i runs over 3 x [B, NH, T, hs].
+__global__ void qkv_split_kernel(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T, int64_t NH,
+                                 int64_t hs) {
+  const int64_t per_part = B * NH * T * hs;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= 3 * per_part) return;
+  const int64_t part = i / per_part, e = i % per_part;
+  const int64_t c = e % hs, t = e / hs % T, h = e / (hs * T) % NH, b = e / (hs * T * NH);
+  const int64_t C = NH * hs;
+  float* dst = part == 0 ? q : part == 1 ? k : v;
+  dst[e] = qkv[(b * T + t) * 3 * C + part * C + h * hs + c];
+}
+
+__global__ void qkv_split_backward_kernel(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t B,
+                                          int64_t T, int64_t NH, int64_t hs) {
+  const int64_t per_part = B * NH * T * hs;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= 3 * per_part) return;
+  const int64_t part = i / per_part, e = i % per_part;
+  const int64_t c = e % hs, t = e / hs % T, h = e / (hs * T) % NH, b = e / (hs * T * NH);
+  const int64_t C = NH * hs;
+  const float* src = part == 0 ? dq : part == 1 ? dk : dv;
+  dqkv[(b * T + t) * 3 * C + part * C + h * hs + c] += src[e];
+}
+
+// i runs over o [B, NH, T, hs]; out is [B, T, NH hs].
+__global__ void heads_merge_kernel(float* out, const float* o, int64_t B, int64_t NH, int64_t T, int64_t hs) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= B * NH * T * hs) return;
+  const int64_t c = i % hs, t = i / hs % T, h = i / (hs * T) % NH, b = i / (hs * T * NH);
+  out[(b * T + t) * NH * hs + h * hs + c] = o[i];
+}
+
+__global__ void heads_merge_backward_kernel(float* d_o, const float* dout, int64_t B, int64_t NH, int64_t T,
+                                            int64_t hs) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= B * NH * T * hs) return;
+  const int64_t c = i % hs, t = i / hs % T, h = i / (hs * T) % NH, b = i / (hs * T * NH);
+  d_o[i] += dout[(b * T + t) * NH * hs + h * hs + c];
+}
+
+}  // namespace
+
+void qkv_split(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T, int64_t NH, int64_t hs,
+               void* stream) {
+  const int64_t n = 3 * B * NH * T * hs;
+  if (n == 0) return;
+  qkv_split_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(q, k, v, qkv, B, T, NH, hs);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t B, int64_t T,
+                        int64_t NH, int64_t hs, void* stream) {
+  const int64_t n = 3 * B * NH * T * hs;
+  if (n == 0) return;
+  qkv_split_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(dqkv, dq, dk, dv, B, T, NH,
+                                                                                        hs);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void heads_merge(float* out, const float* o, int64_t B, int64_t NH, int64_t T, int64_t hs, void* stream) {
+  const int64_t n = B * NH * T * hs;
+  if (n == 0) return;
+  heads_merge_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(out, o, B, NH, T, hs);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void heads_merge_backward(float* d_o, const float* dout, int64_t B, int64_t NH, int64_t T, int64_t hs, void* stream) {
+  const int64_t n = B * NH * T * hs;
+  if (n == 0) return;
+  heads_merge_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(d_o, dout, B, NH, T, hs);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace shardlab::cuda

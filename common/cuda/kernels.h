@@ -1,0 +1,97 @@
+// kernels.h: the CUDA side of every device op (ops.h, attention.h), as plain functions.
+//
+// Each function takes raw device pointers and sizes, launches its kernel(s) on `stream` (a
+// cudaStream_t passed as void*, so this header compiles with any C++ compiler and no CUDA
+// headers) and returns at once, like a kernel launch. The semantics are those of the CPU bodies
+// in ops.cpp and attention.cpp, conventions included: backward functions ACCUMULATE (+=) into
+// every gradient, crossentropy_backward writes. Errors (a bad launch, a cuBLAS failure) throw
+// std::runtime_error naming the call, the file, the line and the library's error string
+// (cuda/check.h). Defined in kernels.cu.
+//
+// The ops wire these in through SHARDLAB_ON_CUDA (below), which also keeps builds without CUDA
+// compiling and linking: there the CUDA bodies are not compiled at all.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+// SHARDLAB_ON_CUDA(statements): the CudaBody argument of Device::launch.
+//   With CUDA (SHARDLAB_WITH_CUDA defined): a lambda [=](void* stream) { statements; } that the
+//   CUDA device calls with its stream; the statements name that stream `stream`.
+//   Without CUDA: an empty CudaBody (nullptr), and the statements are dropped unseen, so they may
+//   call functions that a build without CUDA does not have.
+// Usage: dev.launch(s, kernel, [=] { cpu math; }, SHARDLAB_ON_CUDA(cuda::fill(t.f32(), n, value, stream)));
+#ifdef SHARDLAB_WITH_CUDA
+#define SHARDLAB_ON_CUDA(...) [=](void* stream) { __VA_ARGS__; }
+#else
+#define SHARDLAB_ON_CUDA(...) nullptr
+#endif
+
+namespace shardlab::cuda {
+
+// ---- elementwise and memory (n elements)
+void fill(float* t, int64_t n, float value, void* stream);                       // t = value
+void copy(void* dst, const void* src, size_t bytes, void* stream);               // dst = src
+void add_(float* dst, const float* src, int64_t n, void* stream);                // dst += src
+void scale_(float* t, int64_t n, float factor, void* stream);                    // t *= factor
+void residual_forward(float* out, const float* a, const float* b, int64_t n, void* stream);  // out = a + b
+
+// ---- embeddings: out[B,T,C] = wte[tokens[b,t]] + wpe[t]; backward accumulates into dwte, dwpe.
+// A token id outside [0, V) stops the kernel with a device-side trap (see kernels.cu).
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T,
+                       int64_t C, int64_t V, void* stream);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
+                        int64_t C, int64_t V, void* stream);
+
+// ---- layernorm over rows [N, C], eps 1e-5, saving mean and rstd [N]
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int64_t N, int64_t C, void* stream);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
+                        void* stream);
+
+// ---- linear layer through cuBLAS SGEMM (fp32, no TF32): out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias /*nullable*/, int64_t N,
+                    int64_t C, int64_t OC, void* stream);
+// dinp[N,C] += dout[N,OC] @ weight[OC,C]
+void matmul_backward_input(float* dinp, const float* dout, const float* weight, int64_t N, int64_t C, int64_t OC,
+                           void* stream);
+// dweight[OC,C] += dout^T @ inp; dbias[OC] += column sums of dout (when dbias is not null)
+void matmul_backward_weight(float* dweight, float* dbias /*nullable*/, const float* dout, const float* inp, int64_t N,
+                            int64_t C, int64_t OC, void* stream);
+
+// ---- GELU (tanh approximation); backward accumulates
+void gelu_forward(float* out, const float* inp, int64_t n, void* stream);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, void* stream);
+
+// ---- softmax cross-entropy over rows [N, V]; a target outside [0, V) traps like a bad token id
+void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                          void* stream);
+void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                           float dloss, void* stream);  // written, not accumulated
+
+// ---- AdamW (torch.optim.AdamW), step t >= 1
+void adamw(float* params, const float* grads, float* m, float* v, int64_t n, int64_t t, float lr, float beta1,
+           float beta2, float eps, float weight_decay, void* stream);
+
+// ---- attention with log-sum-exp (attention.h): q, out [B,NH,Tq,hs]; k, v [B,NH,Tk,hs]; lse [B,NH,Tq].
+// causal needs Tq == Tk. Head sizes up to 128 (kernels.cu says why); larger ones throw.
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B, int64_t NH,
+                       int64_t Tq, int64_t Tk, int64_t hs, bool causal, void* stream);
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
+                        const float* v, const float* out, const float* lse, int64_t B, int64_t NH, int64_t Tq,
+                        int64_t Tk, int64_t hs, bool causal, void* stream);
+// (out, lse) <- merge of (out, lse) and (out_b, lse_b); rows = B*NH*T
+void attention_merge(float* out, float* lse, const float* out_b, const float* lse_b, int64_t rows, int64_t hs,
+                     void* stream);
+
+// ---- layouts: qkv [B,T,3C] <-> q, k, v [B,NH,T,hs];  o [B,NH,T,hs] <-> out [B,T,C]  (C = NH hs)
+void qkv_split(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T, int64_t NH, int64_t hs,
+               void* stream);
+void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t B, int64_t T,
+                        int64_t NH, int64_t hs, void* stream);  // dqkv += ...
+void heads_merge(float* out, const float* o, int64_t B, int64_t NH, int64_t T, int64_t hs, void* stream);
+void heads_merge_backward(float* d_o, const float* dout, int64_t B, int64_t NH, int64_t T, int64_t hs,
+                          void* stream);  // d_o += ...
+
+}  // namespace shardlab::cuda

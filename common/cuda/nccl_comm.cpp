@@ -1,0 +1,205 @@
+// nccl_comm.cpp: Comm on NCCL. See nccl_comm.h.
+//   build: cmake --preset default && cmake --build --preset default   (whenever nvcc is found)
+#include "cuda/nccl_comm.h"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+#include "cuda/check.h"
+
+#define NCCL_CHECK(call)                                                                        \
+  do {                                                                                          \
+    const ncclResult_t res_ = (call);                                                           \
+    if (res_ != ncclSuccess) shardlab::cuda::fail(#call, __FILE__, __LINE__, ncclGetErrorString(res_)); \
+  } while (0)
+
+namespace shardlab {
+namespace {
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::f32: return ncclFloat32;
+    case DType::bf16: return ncclBfloat16;
+    case DType::f16: return ncclFloat16;
+    case DType::i32: return ncclInt32;
+    case DType::i64: return ncclInt64;
+    case DType::u8: return ncclUint8;
+  }
+  throw std::logic_error("nccl_type: unknown dtype");
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::avg: return ncclAvg;  // NCCL divides by the group size itself
+    case ReduceOp::max: return ncclMax;
+  }
+  throw std::logic_error("nccl_op: unknown reduce op");
+}
+
+cudaStream_t stream_of(Stream& s) { return CudaDevice::handle(s); }
+
+}  // namespace
+
+std::unique_ptr<NcclComm> NcclComm::world(CudaDevice& dev) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // Rank 0 makes the id (it names a socket rank 0 listens on); everyone else learns it over MPI.
+  ncclUniqueId id{};
+  if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclComm_t comm = nullptr;
+  // Collective: returns once every rank has joined, on the GPU cudaSetDevice chose (CudaDevice).
+  NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
+  MPI_Comm mpi = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &mpi);
+  std::vector<int> ranks(static_cast<size_t>(size));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  return std::unique_ptr<NcclComm>(new NcclComm(dev, comm, mpi, "world", std::move(ranks)));
+}
+
+NcclComm::NcclComm(CudaDevice& dev, ncclComm_t comm, MPI_Comm mpi, std::string name, std::vector<int> world_ranks)
+    : dev_(dev), comm_(comm), mpi_(mpi), name_(std::move(name)), world_ranks_(std::move(world_ranks)) {
+  MPI_Comm_rank(mpi_, &rank_);
+  group_ranks_ = group_ranks_text(world_ranks_);
+  CUDA_CHECK(cudaEventCreateWithFlags(&last_op_, cudaEventDisableTiming));
+}
+
+NcclComm::~NcclComm() {
+  // Not in an unwinding error path: ncclCommDestroy waits for the communicator's queued work.
+  ncclCommDestroy(comm_);
+  cudaEventDestroy(last_op_);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(&mpi_);
+}
+
+std::unique_ptr<Comm> NcclComm::split(int color, int key) {
+  // Both libraries order the new group's members by key, then by rank in the parent, so the
+  // MPI twin and the NCCL communicator agree on who is rank i.
+  MPI_Comm child_mpi = MPI_COMM_NULL;
+  MPI_Comm_split(mpi_, color < 0 ? MPI_UNDEFINED : color, key, &child_mpi);
+  ncclComm_t child = nullptr;
+  NCCL_CHECK(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr));
+  if (child_mpi == MPI_COMM_NULL) return nullptr;
+  int n = 0;
+  MPI_Comm_size(child_mpi, &n);
+  std::vector<int> ranks(static_cast<size_t>(n));
+  MPI_Allgather(&world_ranks_[rank_], 1, MPI_INT, ranks.data(), 1, MPI_INT, child_mpi);
+  return std::unique_ptr<NcclComm>(
+      new NcclComm(dev_, child, child_mpi, name_ + ".split(" + std::to_string(color) + ")", std::move(ranks)));
+}
+
+CudaDevice::Bracket NcclComm::begin(Stream& s) {
+  // The previous operation of this communicator may have run on another stream: this one
+  // starts after it (a no-op wait when it ran on s, or has finished).
+  CUDA_CHECK(cudaStreamWaitEvent(stream_of(s), last_op_, 0));
+  return dev_.begin(s);
+}
+
+void NcclComm::end(Stream& s, const CudaDevice::Bracket& b, std::string_view api, CollectiveArgs a) {
+  CUDA_CHECK(cudaEventRecord(last_op_, stream_of(s)));
+  dev_.end_collective(s, b, api, a);
+}
+
+CollectiveArgs NcclComm::args(std::string name, std::string kernel, int64_t in_nelems, int64_t out_nelems,
+                              DType dtype) {
+  CollectiveArgs a;
+  a.name = std::move(name);
+  a.kernel_name = std::move(kernel);
+  a.in_nelems = in_nelems;
+  a.out_nelems = out_nelems;
+  a.dtype = std::string(kineto_dtype(dtype));
+  a.dtype_bytes = static_cast<int>(dtype_size(dtype));
+  a.group_size = size();
+  a.group_name = name_;
+  a.group_ranks = group_ranks_;
+  a.seq = ++seq_;
+  return a;
+}
+
+namespace {
+
+// The kernel name NCCL would likely show: the protocol is the cost model's prediction for the
+// profile's link (NCCL's tuner decides for real).
+std::string predicted_kernel(const Device& dev, const std::vector<int>& ranks, CollectiveKind kind, ReduceOp op,
+                             DType dtype, double bytes) {
+  const LinkTier& link = link_for(dev.profile(), ranks);
+  return nccl_kernel_name(kind, op, dtype, collective_protocol(link, kind, bytes, static_cast<int>(ranks.size())));
+}
+
+}  // namespace
+
+void NcclComm::all_reduce(const Tensor& buf, ReduceOp op, Stream& s) {
+  const double bytes = static_cast<double>(buf.bytes());
+  const auto b = begin(s);
+  // In place: send and receive buffers are the same pointer.
+  NCCL_CHECK(ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.numel()), nccl_type(buf.dtype), nccl_op(op),
+                           comm_, stream_of(s)));
+  end(s, b, "ncclAllReduce",
+      args("allreduce", predicted_kernel(dev_, world_ranks_, CollectiveKind::all_reduce, op, buf.dtype, bytes),
+           buf.numel(), buf.numel(), buf.dtype));
+}
+
+void NcclComm::reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op, Stream& s) {
+  check_reduce_scatter(*this, send, recv);
+  const auto b = begin(s);
+  // recvcount is per rank; rank r gets block r of the sum (in place when recv is that block).
+  NCCL_CHECK(ncclReduceScatter(send.data, recv.data, static_cast<size_t>(recv.numel()), nccl_type(send.dtype),
+                               nccl_op(op), comm_, stream_of(s)));
+  end(s, b, "ncclReduceScatter",
+      args("reduce_scatter",
+           predicted_kernel(dev_, world_ranks_, CollectiveKind::reduce_scatter, op, send.dtype,
+                            static_cast<double>(send.bytes())),
+           send.numel(), recv.numel(), send.dtype));
+}
+
+void NcclComm::all_gather(const Tensor& send, const Tensor& recv, Stream& s) {
+  check_all_gather(*this, send, recv);
+  const auto b = begin(s);
+  // sendcount is per rank; block r of recv comes from rank r (in place when send is this rank's block).
+  NCCL_CHECK(ncclAllGather(send.data, recv.data, static_cast<size_t>(send.numel()), nccl_type(send.dtype), comm_,
+                           stream_of(s)));
+  end(s, b, "ncclAllGather",
+      args("allgather",
+           predicted_kernel(dev_, world_ranks_, CollectiveKind::all_gather, ReduceOp::sum, send.dtype,
+                            static_cast<double>(recv.bytes())),
+           send.numel(), recv.numel(), send.dtype));
+}
+
+void NcclComm::broadcast(const Tensor& buf, int root, Stream& s) {
+  check_broadcast(*this, root);
+  const auto b = begin(s);
+  NCCL_CHECK(ncclBroadcast(buf.data, buf.data, static_cast<size_t>(buf.numel()), nccl_type(buf.dtype), root, comm_,
+                           stream_of(s)));
+  end(s, b, "ncclBroadcast",
+      args("broadcast",
+           predicted_kernel(dev_, world_ranks_, CollectiveKind::broadcast, ReduceOp::sum, buf.dtype,
+                            static_cast<double>(buf.bytes())),
+           buf.numel(), buf.numel(), buf.dtype));
+}
+
+void NcclComm::sendrecv(const Tensor& send, int to, const Tensor& recv, int from, Stream& s) {
+  check_sendrecv(*this, send, to, recv, from);
+  const auto b = begin(s);
+  // Grouped: NCCL launches the send and the receive as one operation at ncclGroupEnd.
+  NCCL_CHECK(ncclGroupStart());
+  if (to >= 0)
+    NCCL_CHECK(ncclSend(send.data, static_cast<size_t>(send.numel()), nccl_type(send.dtype), to, comm_, stream_of(s)));
+  if (from >= 0)
+    NCCL_CHECK(ncclRecv(recv.data, static_cast<size_t>(recv.numel()), nccl_type(recv.dtype), from, comm_, stream_of(s)));
+  NCCL_CHECK(ncclGroupEnd());
+  end(s, b, "ncclGroupEnd",
+      args("sendrecv", "ncclDevKernel_SendRecv", to >= 0 ? send.numel() : 0, from >= 0 ? recv.numel() : 0,
+           to >= 0 ? send.dtype : recv.dtype));
+}
+
+void NcclComm::barrier() {
+  const int64_t t0 = dev_.now_ns();
+  MPI_Barrier(mpi_);
+  dev_.trace().cpu_op("barrier", t0, dev_.now_ns() - t0);
+}
+
+}  // namespace shardlab

@@ -1,0 +1,401 @@
+// The CUDA kernels (common/cuda/kernels.h, chapter 00's polynomial.cu) against the CPU ops.
+//
+// For every op: random inputs on a SimDevice (real compute); device copies of every tensor the
+// op touches are taken first, then the CPU op runs on the sim and the CUDA function on the copies
+// (on a non-default stream), and each result is compared with a relative error, max |gpu - cpu|
+// over max |cpu|, printed for every output. Gradients start nonzero, so accumulation is checked.
+//
+//   cmake --build --preset default --target shardlab_cuda_tests && build/tests/shardlab_cuda_tests
+//
+// Built only with CUDA (its own executable, tests/CMakeLists.txt). Without a visible GPU it
+// prints "skipped: no CUDA device visible (...)" and exits 77 before any test runs; ctest
+// counts that as skipped (SKIP_RETURN_CODE 77).
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "00_streams_events/polynomial.h"
+#include "attention.h"
+#include "cuda/check.h"
+#include "cuda/cuda_probe.h"
+#include "cuda/kernels.h"
+#include "ops.h"
+#include "sim_device.h"
+
+using namespace shardlab;
+using ops::AttentionMask;
+
+namespace {
+
+// A device copy of a sim tensor's current contents (cudaMalloc'd, freed on destruction).
+class Gpu {
+ public:
+  explicit Gpu(const Tensor& t) : bytes_(t.bytes()) {
+    CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(bytes_, 1)));
+    CUDA_CHECK(cudaMemcpy(p_, t.data, bytes_, cudaMemcpyHostToDevice));
+  }
+  ~Gpu() { cudaFree(p_); }
+  Gpu(const Gpu&) = delete;
+  Gpu& operator=(const Gpu&) = delete;
+
+  float* f() const { return static_cast<float*>(p_); }
+  int32_t* i() const { return static_cast<int32_t*>(p_); }
+  void* raw() const { return p_; }
+  std::vector<float> values() const {
+    std::vector<float> v(bytes_ / sizeof(float));
+    CUDA_CHECK(cudaMemcpy(v.data(), p_, bytes_, cudaMemcpyDeviceToHost));
+    return v;
+  }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_;
+};
+
+// max |got - want| / max |want| over the finite elements of want; infinities must match
+// exactly and a NaN on one side only is an infinite error. Printed, then checked.
+double relative_error(const std::vector<float>& got, const float* want, size_t n) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double g = got[i], w = want[i];
+    if (std::isfinite(w)) scale = std::max(scale, std::abs(w));
+    if (g == w || (std::isnan(g) && std::isnan(w))) continue;
+    diff = std::max(diff, std::isfinite(g) && std::isfinite(w) ? std::abs(g - w) : INFINITY);
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+void expect_close(const std::string& what, const Gpu& got, const Tensor& want, double tolerance) {
+  const auto n = static_cast<size_t>(want.numel());
+  const double rel = relative_error(got.values(), static_cast<const float*>(want.data), n);
+  std::printf("  %-44s relative error %9.2e  (tolerance %.0e)\n", what.c_str(), rel, tolerance);
+  INFO(what << ": relative error " << rel);
+  CHECK(rel <= tolerance);
+}
+
+// Tolerances: one float rounding for elementwise math (tanh, exp may differ in the last ulp),
+// more where the GPU sums in a different order (rows, dot products, GEMM tiles).
+constexpr double kElementwise = 1e-6;
+constexpr double kReduction = 1e-5;
+constexpr double kGemm = 2e-5;
+
+struct Fixture {
+  SimDevice dev{load_profile("h100-8"), ComputeMode::real, 0, 1};
+  std::mt19937 rng{1234};
+  cudaStream_t cuda_stream = nullptr;
+
+  Fixture() { CUDA_CHECK(cudaStreamCreate(&cuda_stream)); }
+  ~Fixture() { cudaStreamDestroy(cuda_stream); }
+  Fixture(const Fixture&) = delete;
+  Fixture& operator=(const Fixture&) = delete;
+
+  Stream& s() { return dev.compute_stream(); }
+  void* stream() const { return cuda_stream; }
+
+  Tensor random(Shape shape, float amplitude = 1.0f, const char* name = "t") {
+    Tensor t = dev.empty(shape, DType::f32, s(), name);
+    std::uniform_real_distribution<float> u(-amplitude, amplitude);
+    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = u(rng);
+    return t;
+  }
+  Tensor ids(Shape shape, int32_t limit, const char* name = "ids") {
+    Tensor t = dev.empty(shape, DType::i32, s(), name);
+    std::uniform_int_distribution<int32_t> u(0, limit - 1);
+    for (int64_t i = 0; i < t.numel(); ++i) t.i32()[i] = u(rng);
+    return t;
+  }
+  // Waits for both sides: the sim's op and the CUDA stream.
+  void finish() {
+    dev.synchronize();
+    CUDA_CHECK(cudaStreamSynchronize(cuda_stream));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("cuda: elementwise and memory ops", "[cuda]") {
+  Fixture f;
+  const int64_t n = 100'003;  // not a multiple of the block size
+  std::printf("elementwise, n = %lld\n", static_cast<long long>(n));
+
+  Tensor t = f.random({n});
+  Gpu g(t);
+  ops::fill(f.dev, f.s(), t, 0.37f);
+  cuda::fill(g.f(), n, 0.37f, f.stream());
+  f.finish();
+  expect_close("fill", g, t, 0);
+
+  Tensor src = f.random({n}), dst = f.random({n});
+  Gpu gs(src), gd(dst);
+  ops::copy(f.dev, f.s(), dst, src);
+  cuda::copy(gd.raw(), gs.raw(), src.bytes(), f.stream());
+  f.finish();
+  expect_close("copy", gd, dst, 0);
+
+  Tensor a = f.random({n}), b = f.random({n});
+  Gpu ga(a), gb(b);
+  ops::add_(f.dev, f.s(), a, b);
+  cuda::add_(ga.f(), gb.f(), n, f.stream());
+  f.finish();
+  expect_close("add_", ga, a, kElementwise);
+
+  ops::scale_(f.dev, f.s(), a, -1.7f);
+  cuda::scale_(ga.f(), n, -1.7f, f.stream());
+  f.finish();
+  expect_close("scale_", ga, a, kElementwise);
+
+  Tensor out = f.random({n});
+  Gpu go(out);
+  ops::residual_forward(f.dev, f.s(), out, a, b);
+  cuda::residual_forward(go.f(), ga.f(), gb.f(), n, f.stream());
+  f.finish();
+  expect_close("residual_forward", go, out, kElementwise);
+
+  Tensor x = f.random({n}, 4.0f), gelu = f.random({n}), dx = f.random({n}), dy = f.random({n});
+  Gpu gx(x), ggelu(gelu), gdx(dx), gdy(dy);
+  ops::gelu_forward(f.dev, f.s(), gelu, x);
+  ops::gelu_backward(f.dev, f.s(), dx, x, dy);
+  cuda::gelu_forward(ggelu.f(), gx.f(), n, f.stream());
+  cuda::gelu_backward(gdx.f(), gx.f(), gdy.f(), n, f.stream());
+  f.finish();
+  expect_close("gelu_forward", ggelu, gelu, kElementwise);
+  expect_close("gelu_backward (accumulated)", gdx, dx, kElementwise);
+}
+
+TEST_CASE("cuda: embedding forward and backward", "[cuda]") {
+  Fixture f;
+  const int64_t B = 3, T = 37, C = 71, V = 101, maxT = T + 5;  // V small: tokens repeat
+  std::printf("embedding, B %lld T %lld C %lld V %lld\n", static_cast<long long>(B), static_cast<long long>(T),
+              static_cast<long long>(C), static_cast<long long>(V));
+  Tensor tokens = f.ids({B, T}, static_cast<int32_t>(V));
+  Tensor wte = f.random({V, C}), wpe = f.random({maxT, C}), out = f.random({B, T, C});
+  Tensor dout = f.random({B, T, C}), dwte = f.random({V, C}), dwpe = f.random({maxT, C});
+  Gpu gtok(tokens), gwte(wte), gwpe(wpe), gout(out), gdout(dout), gdwte(dwte), gdwpe(dwpe);
+  ops::embedding_forward(f.dev, f.s(), out, tokens, wte, wpe);
+  ops::embedding_backward(f.dev, f.s(), dwte, dwpe, dout, tokens);
+  cuda::embedding_forward(gout.f(), gtok.i(), gwte.f(), gwpe.f(), B, T, C, V, f.stream());
+  cuda::embedding_backward(gdwte.f(), gdwpe.f(), gdout.f(), gtok.i(), B, T, C, V, f.stream());
+  f.finish();
+  expect_close("embedding_forward", gout, out, kElementwise);
+  expect_close("embedding_backward dwte", gdwte, dwte, kElementwise);
+  expect_close("embedding_backward dwpe", gdwpe, dwpe, kElementwise);
+}
+
+TEST_CASE("cuda: layernorm forward and backward", "[cuda]") {
+  Fixture f;
+  const int64_t N = 67, C = 771;  // C not a multiple of 32
+  std::printf("layernorm, N %lld C %lld\n", static_cast<long long>(N), static_cast<long long>(C));
+  Tensor inp = f.random({N, C}, 3.0f), weight = f.random({C}), bias = f.random({C});
+  Tensor out = f.random({N, C}), mean = f.random({N}), rstd = f.random({N});
+  Tensor dout = f.random({N, C}), dinp = f.random({N, C}), dweight = f.random({C}), dbias = f.random({C});
+  Gpu ginp(inp), gweight(weight), gbias(bias), gout(out), gmean(mean), grstd(rstd);
+  Gpu gdout(dout), gdinp(dinp), gdweight(dweight), gdbias(dbias);
+  ops::layernorm_forward(f.dev, f.s(), out, mean, rstd, inp, weight, bias);
+  ops::layernorm_backward(f.dev, f.s(), dinp, dweight, dbias, dout, inp, weight, mean, rstd);
+  cuda::layernorm_forward(gout.f(), gmean.f(), grstd.f(), ginp.f(), gweight.f(), gbias.f(), N, C, f.stream());
+  cuda::layernorm_backward(gdinp.f(), gdweight.f(), gdbias.f(), gdout.f(), ginp.f(), gweight.f(), gmean.f(), grstd.f(),
+                           N, C, f.stream());
+  f.finish();
+  expect_close("layernorm_forward out", gout, out, kReduction);
+  expect_close("layernorm_forward mean", gmean, mean, kReduction);
+  expect_close("layernorm_forward rstd", grstd, rstd, kReduction);
+  expect_close("layernorm_backward dinp", gdinp, dinp, kReduction);
+  expect_close("layernorm_backward dweight", gdweight, dweight, kReduction);
+  expect_close("layernorm_backward dbias", gdbias, dbias, kReduction);
+}
+
+TEST_CASE("cuda: matmul forward and backward (cuBLAS)", "[cuda]") {
+  Fixture f;
+  const int64_t B = 2, T = 65, C = 97, OC = 131;  // N = 130 rows
+  const int64_t N = B * T;
+  for (const bool with_bias : {true, false}) {
+    std::printf("matmul, N %lld C %lld OC %lld, %s\n", static_cast<long long>(N), static_cast<long long>(C),
+                static_cast<long long>(OC), with_bias ? "with bias" : "no bias");
+    const std::string tag = with_bias ? " (bias)" : " (no bias)";
+    Tensor inp = f.random({B, T, C}), weight = f.random({OC, C}), out = f.random({B, T, OC});
+    Tensor bias = with_bias ? f.random({OC}) : Tensor{};
+    Tensor dout = f.random({B, T, OC}), dinp = f.random({B, T, C}), dweight = f.random({OC, C});
+    Tensor dbias = with_bias ? f.random({OC}) : Tensor{};
+    Gpu ginp(inp), gweight(weight), gout(out), gdout(dout), gdinp(dinp), gdweight(dweight);
+    Gpu gbias(with_bias ? bias : f.random({1})), gdbias(with_bias ? dbias : f.random({1}));
+    ops::matmul_forward(f.dev, f.s(), out, inp, weight, bias);
+    ops::matmul_backward(f.dev, f.s(), dinp, dweight, dbias, dout, inp, weight);
+    cuda::matmul_forward(gout.f(), ginp.f(), gweight.f(), with_bias ? gbias.f() : nullptr, N, C, OC, f.stream());
+    cuda::matmul_backward_input(gdinp.f(), gdout.f(), gweight.f(), N, C, OC, f.stream());
+    cuda::matmul_backward_weight(gdweight.f(), with_bias ? gdbias.f() : nullptr, gdout.f(), ginp.f(), N, C, OC,
+                                 f.stream());
+    f.finish();
+    expect_close("matmul_forward" + tag, gout, out, kGemm);
+    expect_close("matmul_backward dinp" + tag, gdinp, dinp, kGemm);
+    expect_close("matmul_backward dweight" + tag, gdweight, dweight, kGemm);
+    if (with_bias) expect_close("matmul_backward dbias", gdbias, dbias, kReduction);
+  }
+}
+
+TEST_CASE("cuda: cross-entropy forward and backward", "[cuda]") {
+  Fixture f;
+  const int64_t B = 3, T = 7, V = 5003;
+  std::printf("crossentropy, N %lld V %lld\n", static_cast<long long>(B * T), static_cast<long long>(V));
+  Tensor logits = f.random({B, T, V}, 8.0f), targets = f.ids({B, T}, static_cast<int32_t>(V));
+  Tensor losses = f.random({B, T}), dlogits = f.random({B, T, V});
+  Gpu glogits(logits), gtargets(targets), glosses(losses), gdlogits(dlogits);
+  const float dloss = 1.0f / static_cast<float>(B * T);
+  ops::crossentropy_forward(f.dev, f.s(), losses, logits, targets);
+  ops::crossentropy_backward(f.dev, f.s(), dlogits, logits, targets, dloss);
+  cuda::crossentropy_forward(glosses.f(), glogits.f(), gtargets.i(), B * T, V, f.stream());
+  cuda::crossentropy_backward(gdlogits.f(), glogits.f(), gtargets.i(), B * T, V, dloss, f.stream());
+  f.finish();
+  expect_close("crossentropy_forward", glosses, losses, kReduction);
+  expect_close("crossentropy_backward (written)", gdlogits, dlogits, kReduction);
+}
+
+TEST_CASE("cuda: AdamW", "[cuda]") {
+  Fixture f;
+  const int64_t n = 10'007;
+  const ops::AdamW hp{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  std::printf("adamw, n %lld, three steps\n", static_cast<long long>(n));
+  Tensor params = f.random({n}), grads = f.random({n}), m = f.random({n}, 0.1f), v = f.random({n}, 0.1f);
+  for (int64_t i = 0; i < n; ++i) v.f32()[i] = std::abs(v.f32()[i]);  // a second moment is >= 0
+  Gpu gparams(params), ggrads(grads), gm(m), gv(v);
+  for (int64_t t = 1; t <= 3; ++t) {
+    ops::adamw(f.dev, f.s(), params, grads, m, v, t, hp);
+    cuda::adamw(gparams.f(), ggrads.f(), gm.f(), gv.f(), n, t, hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay,
+                f.stream());
+  }
+  f.finish();
+  expect_close("adamw params", gparams, params, kElementwise);
+  expect_close("adamw m", gm, m, kElementwise);
+  expect_close("adamw v", gv, v, kElementwise);
+}
+
+TEST_CASE("cuda: attention forward and backward", "[cuda]") {
+  struct Case {
+    int64_t B, NH, Tq, Tk, hs;
+    AttentionMask mask;
+  };
+  // Odd lengths (tiles and row blocks end mid-way), head sizes below, at and between warp
+  // multiples, the largest supported (128), and a longer causal sequence of GPT-2's head size.
+  const Case cases[] = {
+      {2, 3, 77, 77, 16, AttentionMask::causal}, {2, 3, 45, 70, 16, AttentionMask::none},
+      {1, 2, 33, 33, 100, AttentionMask::causal}, {1, 2, 40, 9, 128, AttentionMask::none},
+      {1, 2, 300, 300, 64, AttentionMask::causal}, {2, 1, 1, 1, 8, AttentionMask::causal},
+  };
+  for (const Case& c : cases) {
+    Fixture f;
+    const bool causal = c.mask == AttentionMask::causal;
+    char label[128];
+    std::snprintf(label, sizeof label, "B %lld NH %lld Tq %lld Tk %lld hs %lld %s", static_cast<long long>(c.B),
+                  static_cast<long long>(c.NH), static_cast<long long>(c.Tq), static_cast<long long>(c.Tk),
+                  static_cast<long long>(c.hs), causal ? "causal" : "none");
+    std::printf("attention, %s\n", label);
+    const Shape qs{c.B, c.NH, c.Tq, c.hs}, ks{c.B, c.NH, c.Tk, c.hs};
+    Tensor q = f.random(qs, 2.0f), k = f.random(ks, 2.0f), v = f.random(ks), out = f.random(qs);
+    Tensor lse = f.random({c.B, c.NH, c.Tq});
+    Tensor dout = f.random(qs), dq = f.random(qs), dk = f.random(ks), dv = f.random(ks);
+    Gpu gq(q), gk(k), gv(v), gout(out), glse(lse), gdout(dout), gdq(dq), gdk(dk), gdv(dv);
+    ops::attention_forward(f.dev, f.s(), out, lse, q, k, v, c.mask);
+    cuda::attention_forward(gout.f(), glse.f(), gq.f(), gk.f(), gv.f(), c.B, c.NH, c.Tq, c.Tk, c.hs, causal,
+                            f.stream());
+    f.finish();
+    expect_close("attention_forward out", gout, out, kReduction);
+    expect_close("attention_forward lse", glse, lse, kReduction);
+    // Backward from the CPU's out and lse on both sides, so only the backward is compared.
+    Gpu gout_cpu(out), glse_cpu(lse);
+    ops::attention_backward(f.dev, f.s(), dq, dk, dv, dout, q, k, v, out, lse, c.mask);
+    cuda::attention_backward(gdq.f(), gdk.f(), gdv.f(), gdout.f(), gq.f(), gk.f(), gv.f(), gout_cpu.f(), glse_cpu.f(),
+                             c.B, c.NH, c.Tq, c.Tk, c.hs, causal, f.stream());
+    f.finish();
+    expect_close("attention_backward dq", gdq, dq, kGemm);
+    expect_close("attention_backward dk", gdk, dk, kGemm);
+    expect_close("attention_backward dv", gdv, dv, kGemm);
+  }
+}
+
+TEST_CASE("cuda: attention with no visible key gives lse -inf and output 0", "[cuda]") {
+  Fixture f;
+  const int64_t B = 1, NH = 2, Tq = 5, hs = 16;
+  Tensor q = f.random({B, NH, Tq, hs}), out = f.random({B, NH, Tq, hs}), lse = f.random({B, NH, Tq});
+  Gpu gq(q), gout(out), glse(lse);
+  // No keys: k and v are empty, and never read.
+  cuda::attention_forward(gout.f(), glse.f(), gq.f(), nullptr, nullptr, B, NH, Tq, 0, hs, false, f.stream());
+  f.finish();
+  for (float x : glse.values()) CHECK(x == -INFINITY);
+  for (float x : gout.values()) CHECK(x == 0.0f);
+  std::printf("attention, Tk = 0: lse -inf and output 0 on every row\n");
+}
+
+TEST_CASE("cuda: attention merge", "[cuda]") {
+  Fixture f;
+  const int64_t B = 2, NH = 3, T = 41, hs = 48;
+  std::printf("attention_merge, B %lld NH %lld T %lld hs %lld, some lses -inf\n", static_cast<long long>(B),
+              static_cast<long long>(NH), static_cast<long long>(T), static_cast<long long>(hs));
+  Tensor out = f.random({B, NH, T, hs}), out_b = f.random({B, NH, T, hs});
+  Tensor lse = f.random({B, NH, T}, 20.0f), lse_b = f.random({B, NH, T}, 20.0f);
+  for (int64_t r = 0; r < lse.numel(); r += 7) lse.f32()[r] = -INFINITY;      // ours saw no keys
+  for (int64_t r = 3; r < lse.numel(); r += 11) lse_b.f32()[r] = -INFINITY;   // theirs saw none
+  Gpu gout(out), gout_b(out_b), glse(lse), glse_b(lse_b);
+  ops::attention_merge(f.dev, f.s(), out, lse, out_b, lse_b);
+  cuda::attention_merge(gout.f(), glse.f(), gout_b.f(), glse_b.f(), B * NH * T, hs, f.stream());
+  f.finish();
+  expect_close("attention_merge out", gout, out, kElementwise);
+  expect_close("attention_merge lse", glse, lse, kElementwise);
+}
+
+TEST_CASE("cuda: qkv split and heads merge, with their adjoints", "[cuda]") {
+  Fixture f;
+  const int64_t B = 2, T = 29, NH = 3, hs = 24, C = NH * hs;
+  std::printf("layouts, B %lld T %lld NH %lld hs %lld\n", static_cast<long long>(B), static_cast<long long>(T),
+              static_cast<long long>(NH), static_cast<long long>(hs));
+  const Shape heads{B, NH, T, hs};
+  Tensor qkv = f.random({B, T, 3 * C}), q = f.random(heads), k = f.random(heads), v = f.random(heads);
+  Tensor dqkv = f.random({B, T, 3 * C}), dq = f.random(heads), dk = f.random(heads), dv = f.random(heads);
+  Tensor merged = f.random({B, T, C}), dmerged = f.random({B, T, C}), d_o = f.random(heads);
+  Gpu gqkv(qkv), gq(q), gk(k), gv(v), gdqkv(dqkv), gdq(dq), gdk(dk), gdv(dv);
+  Gpu gmerged(merged), gdmerged(dmerged), gd_o(d_o);
+  const int nh = static_cast<int>(NH);
+  ops::qkv_split(f.dev, f.s(), q, k, v, qkv, nh);
+  ops::qkv_split_backward(f.dev, f.s(), dqkv, dq, dk, dv, nh);
+  ops::heads_merge(f.dev, f.s(), merged, q);
+  ops::heads_merge_backward(f.dev, f.s(), d_o, dmerged);
+  cuda::qkv_split(gq.f(), gk.f(), gv.f(), gqkv.f(), B, T, NH, hs, f.stream());
+  cuda::qkv_split_backward(gdqkv.f(), gdq.f(), gdk.f(), gdv.f(), B, T, NH, hs, f.stream());
+  cuda::heads_merge(gmerged.f(), gq.f(), B, NH, T, hs, f.stream());
+  cuda::heads_merge_backward(gd_o.f(), gdmerged.f(), B, NH, T, hs, f.stream());
+  f.finish();
+  expect_close("qkv_split q", gq, q, 0);
+  expect_close("qkv_split k", gk, k, 0);
+  expect_close("qkv_split v", gv, v, 0);
+  expect_close("qkv_split_backward (accumulated)", gdqkv, dqkv, kElementwise);
+  expect_close("heads_merge", gmerged, merged, 0);
+  expect_close("heads_merge_backward (accumulated)", gd_o, d_o, kElementwise);
+}
+
+TEST_CASE("cuda: chapter 00's polynomial", "[cuda]") {
+  Fixture f;
+  const int64_t n = 4099;
+  for (const int64_t degree : {int64_t{1}, int64_t{255}, int64_t{3000}}) {
+    Tensor x = f.random({n}), y = f.random({n});
+    Gpu gx(x), gy(y);
+    ch00::polynomial(f.dev, f.s(), x, y, degree);
+    ch00::polynomial_cuda(gx.f(), gy.f(), n, degree, f.stream());
+    f.finish();
+    expect_close("polynomial, degree " + std::to_string(degree), gy, y, kReduction);
+  }
+}
+
+int main(int argc, char** argv) {
+  if (cuda_device_count() == 0) {
+    std::printf("skipped: no CUDA device visible (%s)\n", cuda_unavailable_reason().c_str());
+    return 77;
+  }
+  return Catch::Session().run(argc, argv);
+}

@@ -1,0 +1,12 @@
+#!/bin/sh
+# gpu_or_skip.sh COMMAND...
+# Runs a chapter with --device cuda. Where no GPU is visible the chapter exits 2 saying
+# "--device cuda: not available (why)": then this prints "skipped: why" and exits 77, which ctest
+# counts as skipped (SKIP_RETURN_CODE), never as passed. Anything else passes through unchanged.
+out=$("$@" 2>&1); rc=$?
+printf '%s\n' "$out"
+if [ "$rc" -eq 2 ] && printf '%s\n' "$out" | grep -q -- "--device cuda: not available"; then
+  echo "skipped: $(printf '%s\n' "$out" | grep -o -- '--device cuda: not available.*' | head -1)"
+  exit 77
+fi
+exit "$rc"
