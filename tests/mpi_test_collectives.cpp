@@ -1,6 +1,6 @@
 // MpiComm on the simulated GPU, at whatever world size mpirun gives (1 to 4): every collective
-// against a reference computed locally, sub-communicators, virtual timing, debug-mode
-// mismatches. Every rank runs every TEST_CASE in the same order (main_mpi.cpp), so collectives
+// against a reference computed locally (also through the host staging a real GPU takes, on a
+// HostDevice), sub-communicators, virtual timing, debug-mode mismatches. Every rank runs every TEST_CASE in the same order (main_mpi.cpp), so collectives
 // line up; comparisons inside loops use CHECK so a failing rank still reaches the next call.
 #include <catch2/catch.hpp>
 #include <mpi.h>
@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "host_device.h"
 #include "mpi_comm.h"
 #include "mpi_world.h"
 #include "sim_device.h"
@@ -26,14 +27,16 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-// A sim device for this rank and the world communicator over it.
+// A device for this rank and the world communicator over it: the sim, or (for the data paths a
+// real GPU takes, through host memory) a HostDevice.
+template <class D = SimDevice>
 struct Fixture {
   explicit Fixture(bool debug = false, ComputeMode mode = ComputeMode::real, const std::string& profile = "h100-8")
       : dev(load_profile(profile), mode, world_rank(), world_size()), world(MpiComm::world(dev, debug)) {}
 
   Tensor empty(int64_t n, DType dtype = DType::f32) { return dev.empty(Shape{n}, dtype, dev.compute_stream(), "t"); }
 
-  SimDevice dev;
+  D dev;
   std::unique_ptr<MpiComm> world;
 };
 
@@ -130,8 +133,8 @@ TEST_CASE("mpi_comm: link_for picks intra-node until a group spans nodes", "[set
   CHECK(f.dev.profile().intra.name != f.dev.profile().inter.name);
 }
 
-TEST_CASE("mpi_comm: all_reduce sum, avg and max at every count", "[collectives]") {
-  Fixture f;
+TEMPLATE_TEST_CASE("mpi_comm: all_reduce sum, avg and max at every count", "[collectives]", SimDevice, HostDevice) {
+  Fixture<TestType> f;
   const int rank = world_rank();
   for (ReduceOp op : kOps) {
     for (int64_t count : kCounts) {
@@ -145,8 +148,8 @@ TEST_CASE("mpi_comm: all_reduce sum, avg and max at every count", "[collectives]
   }
 }
 
-TEST_CASE("mpi_comm: all_reduce on i32 (avg divides like ncclAvg: integer division)", "[collectives]") {
-  Fixture f;
+TEMPLATE_TEST_CASE("mpi_comm: all_reduce on i32 (avg divides like ncclAvg: integer division)", "[collectives]", SimDevice, HostDevice) {
+  Fixture<TestType> f;
   const int n = world_size(), rank = world_rank();
   for (ReduceOp op : kOps) {
     INFO("all_reduce " << reduce_op_name(op) << " i32");
@@ -163,8 +166,8 @@ TEST_CASE("mpi_comm: all_reduce on i32 (avg divides like ncclAvg: integer divisi
   }
 }
 
-TEST_CASE("mpi_comm: reduce_scatter sum, avg and max at every count", "[collectives]") {
-  Fixture f;
+TEMPLATE_TEST_CASE("mpi_comm: reduce_scatter sum, avg and max at every count", "[collectives]", SimDevice, HostDevice) {
+  Fixture<TestType> f;
   const int n = world_size(), rank = world_rank();
   for (ReduceOp op : kOps) {
     for (int64_t count : kCounts) {
@@ -179,8 +182,8 @@ TEST_CASE("mpi_comm: reduce_scatter sum, avg and max at every count", "[collecti
   }
 }
 
-TEST_CASE("mpi_comm: all_gather at every count", "[collectives]") {
-  Fixture f;
+TEMPLATE_TEST_CASE("mpi_comm: all_gather at every count", "[collectives]", SimDevice, HostDevice) {
+  Fixture<TestType> f;
   const int n = world_size(), rank = world_rank();
   for (int64_t count : kCounts) {
     INFO("all_gather of " << count << " f32 per rank");
@@ -193,8 +196,8 @@ TEST_CASE("mpi_comm: all_gather at every count", "[collectives]") {
   }
 }
 
-TEST_CASE("mpi_comm: broadcast from every root at every count", "[collectives]") {
-  Fixture f;
+TEMPLATE_TEST_CASE("mpi_comm: broadcast from every root at every count", "[collectives]", SimDevice, HostDevice) {
+  Fixture<TestType> f;
   const int rank = world_rank();
   for (int root = 0; root < world_size(); ++root) {
     for (int64_t count : kCounts) {
@@ -208,8 +211,8 @@ TEST_CASE("mpi_comm: broadcast from every root at every count", "[collectives]")
   }
 }
 
-TEST_CASE("mpi_comm: sendrecv ring shift and lone send/receive", "[collectives]") {
-  Fixture f;
+TEMPLATE_TEST_CASE("mpi_comm: sendrecv ring shift and lone send/receive", "[collectives]", SimDevice, HostDevice) {
+  Fixture<TestType> f;
   const int n = world_size(), rank = world_rank();
   const int to = (rank + 1) % n, from = (rank + n - 1) % n;
   for (int64_t count : kCounts) {
@@ -234,8 +237,8 @@ TEST_CASE("mpi_comm: sendrecv ring shift and lone send/receive", "[collectives]"
   CHECK(first_difference(buf, [&](int64_t i) { return value(std::max(n - 2, 0), i); }) == -1);
 }
 
-TEST_CASE("mpi_comm: in place and chunked messages", "[collectives]") {
-  Fixture f;
+TEMPLATE_TEST_CASE("mpi_comm: in place and chunked messages", "[collectives]", SimDevice, HostDevice) {
+  Fixture<TestType> f;
   const int n = world_size(), rank = world_rank();
   const int64_t count = 23;
   // INT_MAX: one MPI call per operation; 5: every operation is split into chunks, the path

@@ -1,0 +1,65 @@
+// host_device.h: a Device that is not simulated, for tests of the code paths real GPUs take.
+//
+// Ops run their CPU bodies at launch, memory is host memory, every event has completed by the
+// time it exists, and times are the wall clock: a GPU whose every stream finishes its work the
+// moment it is queued. Code that branches on "not the sim" (MpiComm's host staging, which the
+// CUDA device uses with --comm mpi) can so be tested on any machine, at every world size.
+#pragma once
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "device.h"
+
+namespace shardlab {
+
+class HostDevice final : public Device, private AllocatorBackend {
+ public:
+  HostDevice(Profile profile, ComputeMode compute, int rank, int world_size)
+      : Device(std::move(profile), compute, rank, world_size, 0) {
+    set_allocator(std::make_unique<CachingAllocator>(static_cast<AllocatorBackend&>(*this),
+                                                     static_cast<size_t>(profile_.memory_bytes)));
+    create_stream("compute");
+  }
+  ~HostDevice() override { set_allocator(nullptr); }
+
+  std::string_view kind() const override { return "host"; }
+  Stream& create_stream(std::string name) override {
+    add_stream(std::make_unique<Stream>(*this, 7 + static_cast<int>(streams().size()), std::move(name)));
+    return *streams().back();
+  }
+  void launch(Stream&, const Kernel&, const HostBody& host, const CudaBody&) override {
+    if (host) host();
+  }
+  void memcpy(Stream&, const Tensor& dst, const Tensor& src) override {
+    if (src.bytes() > 0) std::memcpy(dst.data, src.data, src.bytes());
+  }
+  Event record(Stream& s) override { return Event{std::make_shared<EventState>(), s.id()}; }
+  void wait(Stream&, const Event&) override {}
+  void synchronize(const Event&) override {}
+  void synchronize(Stream&) override {}
+  void synchronize() override {}
+  bool query(const Event&) override { return true; }
+  double elapsed_us(const Event&, const Event&) override { return 0; }
+  int64_t now_ns() override {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count();
+  }
+  void host_work(std::string_view name, int64_t ns) override { trace_.cpu_op(name, now_ns(), ns); }
+
+ private:
+  void* raw_alloc(size_t bytes) override { return std::aligned_alloc(64, (bytes + 63) / 64 * 64); }
+  void raw_free(void* ptr, size_t) override { std::free(ptr); }
+  Event record_event(Stream& s) override { return record(s); }
+  bool event_done(const Event&) override { return true; }
+  void synchronize_device() override {}
+  void memory_changed(size_t allocated, size_t reserved) override {
+    trace_.memory(now_ns(), static_cast<int64_t>(allocated), static_cast<int64_t>(reserved));
+  }
+
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace shardlab
