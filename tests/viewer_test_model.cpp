@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <string>
 
@@ -462,4 +463,155 @@ TEST_CASE("model: loads a Kineto-style trace", "[viewer]") {
   CHECK(steps[0].comm_us == 40);
   CHECK(steps[0].overlap_us == 25);
   CHECK(steps[0].peak_allocated == 8192);
+}
+
+TEST_CASE("model: a large file, parsed in chunks on several threads, loads as one pass would", "[viewer]") {
+  // ~12 MB: the loader cuts it into chunks of ~2 MiB that parse in parallel and merge in order.
+  // What spans chunks must come out as one sequential pass makes it: B/E pairs, waits and the
+  // collective after them, flows, string ids numbered in order of first use, metadata at the end.
+  TempDir tmp("shardlab_test_viewer");
+  constexpr int kN = 20000;
+  std::string text = "{\"traceEvents\": [\n";
+  char buf[512];
+  bool first = true;
+  const auto add = [&](int n) {
+    if (!first) text += ",\n";
+    first = false;
+    text.append(buf, static_cast<size_t>(n));
+  };
+  for (int i = 0; i < kN; ++i) {
+    const double t = 100.0 * i;
+    if (i % 5000 == 0 && i > 0) add(std::snprintf(buf, sizeof buf, R"({"ph": "E", "pid": 1, "tid": "phases", "ts": %.1f})", t));
+    if (i % 5000 == 0)
+      add(std::snprintf(buf, sizeof buf, R"({"ph": "B", "name": "phase %d", "pid": 1, "tid": "phases", "ts": %.1f})", i / 5000, t + 0.5));
+    if (i % 10000 == 0)
+      add(std::snprintf(buf, sizeof buf,
+                        R"({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#%d", "pid": 1, "tid": 1, "ts": %.1f, "dur": 999999})",
+                        i / 10000, t));
+    add(std::snprintf(buf, sizeof buf, R"({"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": %.1f, "dur": 50, "args": {"i": %d}})", t, i));
+    add(std::snprintf(buf, sizeof buf,
+                      R"({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": %.1f, "dur": 5, "args": {"correlation": %d}})",
+                      t + 10, i + 1));
+    add(std::snprintf(buf, sizeof buf, R"({"ph": "s", "id": %d, "pid": 1, "tid": 1, "ts": %.1f, "cat": "ac2g"})", i + 1, t + 10));
+    add(std::snprintf(buf, sizeof buf,
+                      R"({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": %.1f, "dur": 30, "args": {"correlation": %d}})",
+                      t + 20, i + 1));
+    add(std::snprintf(buf, sizeof buf, R"({"ph": "f", "bp": "e", "id": %d, "pid": 0, "tid": 7, "ts": %.1f, "cat": "ac2g"})", i + 1, t + 20));
+    if (i % 1000 == 500)
+      add(std::snprintf(buf, sizeof buf, R"({"ph": "X", "cat": "kernel", "name": "nccl:wait", "pid": 0, "tid": 20, "ts": %.1f, "dur": 10})", t));
+    if (i % 1000 == 999)
+      add(std::snprintf(buf, sizeof buf,
+                        R"({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce", "pid": 0, "tid": 20, "ts": %.1f, "dur": 20, )"
+                        R"("args": {"Collective name": "allreduce", "In msg nelems": %d, "Group size": 2, "dtype": "Float"}})",
+                        t, i));
+    if (i == 15000)
+      add(std::snprintf(buf, sizeof buf, R"({"ph": "X", "cat": "cpu_op", "name": "late", "pid": "Late", "tid": "late thread", "ts": %.1f, "dur": 1})", t));
+  }
+  add(std::snprintf(buf, sizeof buf, R"({"ph": "E", "pid": 1, "tid": "phases", "ts": %.1f})", 100.0 * kN));
+  add(std::snprintf(buf, sizeof buf, R"({"ph": "M", "name": "thread_name", "pid": 1, "tid": "phases", "args": {"name": "Phases"}})"));
+  text += "\n]}\n";
+  REQUIRE(text.size() > 8 * (size_t{1} << 20));
+  const fs::path plain = tmp.path / "big.json", gz = tmp.path / "big.json.gz";
+  write_text(plain, text);
+  write_gz(gz, text);
+
+  const TraceModel m = load_traces({plain.string()});
+  REQUIRE(m.ranks.size() == 1);
+  const Rank& r = m.ranks[0];
+  CHECK(m.skipped == 0);
+  CHECK(m.events == 3 * kN + 4 + 2 + 40 + 1);
+  check_nesting(r);
+
+  // Lanes: CPU ones by pid ("Late" is -2), then streams 7 and 20. String ids are numbered in
+  // order of first use: "phases" (event 0), then "Late" and "late thread" (event ~75000).
+  REQUIRE(r.lanes.size() == 5);
+  const Lane& phases = r.lanes[1];
+  CHECK(phases.name == "Phases");
+  CHECK(phases.pid == 1);
+  CHECK(phases.tid == -1);
+  const Lane& late = r.lanes[0];
+  CHECK(late.process == "Late");
+  CHECK(late.name == "late thread");
+  CHECK(late.pid == -2);
+  CHECK(late.tid == -3);
+  const Lane& host = r.lanes[2];
+  CHECK(host.pid == 1);
+  CHECK(host.tid == 1);
+  CHECK(host.slices.size() == 2 * kN + 2);
+  CHECK(r.lanes[3].tid == 7);
+  CHECK(r.lanes[3].slices.size() == kN);
+  CHECK(r.lanes[4].tid == 20);
+  CHECK(r.lanes[4].slices.size() == 40);
+
+  // B/E pairs a megabyte or more apart.
+  REQUIRE(phases.slices.size() == 4);
+  for (int k = 0; k < 4; ++k) {
+    const Slice& s = phases.slices[static_cast<size_t>(k)];
+    CHECK(m.names[s.name] == "phase " + std::to_string(k));
+    CHECK(s.start_us == 5000.0 * 100 * k + 0.5);
+    CHECK(s.end_us == 5000.0 * 100 * (k + 1));
+  }
+
+  // Every flow joins its launch and its kernel.
+  REQUIRE(r.flows.size() == static_cast<size_t>(kN));
+  for (const Flow& f : r.flows) {
+    REQUIRE(f.from_slice >= 0);
+    REQUIRE(f.to_slice >= 0);
+    CHECK(host.slices[static_cast<size_t>(f.from_slice)].correlation == f.id);
+    CHECK(r.lanes[3].slices[static_cast<size_t>(f.to_slice)].correlation == f.id);
+  }
+
+  // Each wait belongs to the collective 499 iterations later on its stream.
+  REQUIRE(r.timeline.collectives.size() == 20);
+  size_t waits = 0;
+  for (const DeviceSlice& s : r.timeline.slices) {
+    if (s.kind != SliceKind::comm_wait) continue;
+    ++waits;
+    REQUIRE(s.collective >= 0);
+    CHECK(r.timeline.collectives[static_cast<size_t>(s.collective)].start_us - s.start_us == Approx(49900));
+  }
+  CHECK(waits == 20);
+  REQUIRE(r.timeline.steps.size() == 2);
+  CHECK(r.timeline.steps[1].step == 1);
+
+  // The same bytes gzipped: the same model.
+  check_same(m, load_traces({gz.string()}));
+}
+
+TEST_CASE("model: inputs the fuzzer found load or fail cleanly", "[viewer]") {
+  // tests/run_fuzz.sh (libFuzzer, ASan, UBSan) found these; each was undefined behaviour.
+  TempDir tmp("shardlab_test_viewer");
+  const auto write = [&](const char* name, const std::string& text) {
+    const fs::path p = tmp.path / name;
+    write_text(p, text);
+    return p;
+  };
+
+  // A counter's bytes beyond int64 (4.4e19, as minimized, in a file cut short): the conversion
+  // to bytes overflowed. The file is truncated; the error says so.
+  const fs::path cut = write("counter_overflow_cut.json",
+                             R"({ "traceEvents": [{"no": {0}}, {"ph": "C", "name": "GPU memory", "tid": 0, "ts":0.0, )"
+                             R"("args": {"reserved":44444444444444447152}})");
+  CHECK_THAT(load_error(cut), Catch::Contains("counter_overflow_cut.json") && Catch::Contains("truncated"));
+
+  // Whole, such numbers saturate: counters and memory samples, and a collective's element count.
+  const fs::path whole = write("bytes_overflow.json", R"({"traceEvents": [
+    {"ph": "C", "name": "GPU memory", "ts": 0, "args": {"reserved": 44444444444444447152, "allocated": -1e300}},
+    {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1, "args": {"Device Type": 1, "Total Allocated": 1e300,
+     "Total Reserved": 4.4e89}},
+    {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce", "pid": 0, "tid": 7, "ts": 2, "dur": 1,
+     "args": {"Collective name": "allreduce", "In msg nelems": 9000000000000000000, "dtype": "Double", "Group size": 8}}
+  ]})");
+  const TraceModel m = load_traces({whole.string()});
+  REQUIRE(m.ranks.size() == 1);
+  const RankTimeline& tl = m.ranks[0].timeline;
+  REQUIRE(tl.memory.size() == 2);
+  CHECK(tl.memory[0].reserved == std::numeric_limits<int64_t>::max());
+  CHECK(tl.memory[0].allocated == std::numeric_limits<int64_t>::min());
+  CHECK(tl.memory[1].allocated == std::numeric_limits<int64_t>::max());
+  CHECK(tl.memory[1].reserved == std::numeric_limits<int64_t>::max());
+  const auto colls = collective_metrics(tl);
+  REQUIRE(colls.size() == 1);
+  CHECK(colls[0].bytes == (int64_t{1} << 50) * 8);  // the count is bounded, the bytes fit
+  CHECK(colls[0].busbw_GBps > 0);
 }

@@ -33,8 +33,9 @@ struct Slice {
 struct Lane {
   std::string name;        // "CPU thread", "stream 7 compute"
   std::string process;     // its process's name: "rank 0 GPU 0 (sim H100)" ("" if unnamed)
-  // Numeric pid/tid as in the file. String ones (Kineto's "Spans", thread names) and numbers
-  // beyond int get negative ids, numbered per file in order of appearance.
+  // Numeric pid/tid as in the file; strings that spell one ("24572", "stream 7": PyTorch 1.8)
+  // count as that number. Other strings (Kineto's "Spans", thread names) and numbers beyond int
+  // get negative ids, numbered per file in order of appearance.
   int pid = 0, tid = 0;
   bool device = false;     // a GPU stream (else a CPU thread): it has kernel/gpu_memcpy/gpu_memset events
   int process_sort_index = 0;  // process_sort_index metadata, else the pid
@@ -89,7 +90,8 @@ using LoadProgress = std::function<bool(size_t done, size_t total)>;
 // the file and what is wrong (not JSON, truncated, no traceEvents, wrong types...); never
 // crashes on hostile input. A directory contributes every rank<R>.json / rank<R>.json.gz in it
 // (rank R); a file's rank is its distributedInfo.rank, else its position in `paths`. Files
-// are parsed in parallel, one thread per file up to the hardware's threads.
+// are parsed in parallel, one thread per file up to the hardware's threads, and a file's events
+// in chunks on the threads no file needs (one large file uses every core).
 TraceModel load_traces(const std::vector<std::string>& paths, const LoadProgress& progress = {});
 
 }  // namespace shardlab::viewer

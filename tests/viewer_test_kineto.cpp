@@ -1,0 +1,234 @@
+// Viewer model on real PyTorch profiler (Kineto) traces (tests/data, sources in its README):
+//   - kineto_v100_2021_excerpt.json: events of a real GPU run (Tesla V100, PyTorch of May 2021,
+//     from Kineto's own test data): kernels and a memcpy on stream 7, CPU ops on the main and the
+//     autograd thread, launch -> kernel flows, ProfilerStep#2. That PyTorch wrote categories
+//     "Kernel", "Runtime", "Operator", flows "async"/"launch" and thread ids as strings.
+//   - kineto_cpu_torch2.15.pt.trace.json.gz: PyTorch 2.15 on a CPU (this machine has no GPU):
+//     today's categories (cpu_op, user_annotation), ProfilerStep#2..4, fwdbwd flows, host
+//     [memory] events. Today's GPU spellings (kernel, cuda_runtime, ac2g) are covered by the
+//     synthetic "Kineto-style trace" test in viewer_test_model.cpp only.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "metrics.h"
+#include "trace_model.h"
+
+using namespace shardlab;
+using namespace shardlab::viewer;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kData = fs::path(SHARDLAB_SOURCE_DIR) / "tests" / "data";
+
+const Lane& lane_named(const Rank& r, const std::string& name) {
+  for (const Lane& l : r.lanes)
+    if (l.name == name) return l;
+  FAIL("no lane named " << name);
+  throw std::logic_error("unreachable");
+}
+
+// "ProfilerStep#2/aten::linear/aten::mm": the slice's name after its ancestors' (by depth).
+std::string path_of(const TraceModel& m, const Lane& l, size_t i) {
+  std::string path = m.names[l.slices[i].name];
+  int depth = l.slices[i].depth;
+  for (size_t j = i; j-- > 0 && depth > 0;) {
+    if (l.slices[j].depth != depth - 1) continue;
+    REQUIRE(l.slices[j].start_us <= l.slices[i].start_us);
+    REQUIRE(l.slices[j].end_us >= l.slices[i].end_us);
+    path = m.names[l.slices[j].name] + "/" + path;
+    --depth;
+  }
+  return path;
+}
+
+// The index of the first slice of the lane with this name (and correlation, if given).
+size_t find_slice(const TraceModel& m, const Lane& l, const std::string& name, uint64_t correlation = 0) {
+  for (size_t i = 0; i < l.slices.size(); ++i)
+    if (m.names[l.slices[i].name] == name && (correlation == 0 || l.slices[i].correlation == correlation)) return i;
+  FAIL("no slice " << name << " on " << l.name);
+  return 0;
+}
+
+// Slices in time order, and none overlaps another at its depth.
+void check_nested(const Lane& l) {
+  INFO("lane " << l.name);
+  std::map<uint16_t, double> last_end;
+  for (size_t i = 0; i < l.slices.size(); ++i) {
+    const Slice& s = l.slices[i];
+    if (i > 0) REQUIRE(l.slices[i - 1].start_us <= s.start_us);
+    REQUIRE(s.depth <= l.max_depth);
+    if (const auto it = last_end.find(s.depth); it != last_end.end()) REQUIRE(it->second <= s.start_us + 1e-4);
+    last_end[s.depth] = s.end_us;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("kineto: a real GPU trace (V100, PyTorch 2021): streams, threads, flows, steps", "[viewer]") {
+  const TraceModel m = load_traces({(kData / "kineto_v100_2021_excerpt.json").string()});
+  REQUIRE(m.ranks.size() == 1);
+  const Rank& r = m.ranks[0];
+  CHECK(m.skipped == 0);
+  CHECK(m.events == 49);  // of the 65 events: 47 complete, 2 instants (and 6 metadata, 10 flow ends)
+  for (const Lane& l : r.lanes) check_nested(l);
+
+  // Kernels and the memcpy on their stream: one device lane, after every CPU lane.
+  const Lane& stream = lane_named(r, "stream 7");
+  CHECK(stream.device);
+  CHECK(stream.pid == 0);
+  CHECK(stream.tid == 7);  // "tid": "stream 7"
+  CHECK(stream.process == "python");
+  CHECK(&stream == &r.lanes.back());
+  REQUIRE(stream.slices.size() == 5);
+  CHECK(m.names[stream.slices[0].name] == "Memcpy HtoD (Pageable -> Device)");
+  CHECK(stream.slices[0].category == Category::memcpy);
+  for (size_t i = 1; i < 5; ++i) CHECK(stream.slices[i].category == Category::compute);
+  CHECK(m.names[stream.slices[3].name] == "volta_sgemm_128x32_nt");
+  for (const Slice& s : stream.slices) {
+    CHECK(s.depth == 0);
+    CHECK(s.correlation != 0);
+    CHECK(nlohmann::json::parse(m.args_json[s.args])["stream"] == 7);
+  }
+
+  // CPU ops on their threads ("tid": "24572" and 24610 are one thread each), nested.
+  const Lane& main = lane_named(r, "thread 24572 (python)");
+  const Lane& autograd = lane_named(r, "thread 24610 (python)");
+  for (const Lane* l : {&main, &autograd}) {
+    CHECK(!l->device);
+    CHECK(l->pid == 24572);
+    CHECK(l->process == "python");
+  }
+  CHECK(main.tid == 24572);
+  CHECK(autograd.tid == 24610);
+  CHECK(main.slices.size() == 20);
+  CHECK(autograd.slices.size() == 21);
+  const size_t step = find_slice(m, main, "ProfilerStep#2");
+  CHECK(main.slices[step].depth == 0);
+  CHECK(path_of(m, main, find_slice(m, main, "cudaLaunchKernel", 333)) ==
+        "ProfilerStep#2/aten::linear/aten::matmul/aten::mm/cudaLaunchKernel");
+  CHECK(path_of(m, main, find_slice(m, main, "aten::as_strided")) ==
+        "ProfilerStep#2/aten::linear/aten::t/aten::transpose/aten::as_strided");
+  CHECK(path_of(m, main, find_slice(m, main, "cudaMemcpyAsync")) == "ProfilerStep#2/aten::to/aten::copy_/cudaMemcpyAsync");
+  CHECK(path_of(m, autograd, find_slice(m, autograd, "cudaLaunchKernel", 492)) == "MmBackward/aten::mm/cudaLaunchKernel");
+  CHECK(main.slices[find_slice(m, main, "aten::mm")].category == Category::cpu_op);
+  CHECK(main.slices[find_slice(m, main, "cudaLaunchKernel")].category == Category::runtime);
+  CHECK(main.max_depth == 4);
+  CHECK(autograd.max_depth == 3);
+
+  // Every launch's flow reaches its kernel (or copy): the runtime call and the GPU work share
+  // the flow's id as their correlation.
+  REQUIRE(r.flows.size() == 5);
+  std::map<uint64_t, std::string> launched;
+  for (const Flow& f : r.flows) {
+    INFO("flow " << f.id);
+    const Lane& from = r.lanes[static_cast<size_t>(f.from_lane)];
+    const Lane& to = r.lanes[static_cast<size_t>(f.to_lane)];
+    CHECK(!from.device);
+    CHECK(&to == &stream);
+    REQUIRE(f.from_slice >= 0);
+    REQUIRE(f.to_slice >= 0);
+    const Slice& call = from.slices[static_cast<size_t>(f.from_slice)];
+    const Slice& work = to.slices[static_cast<size_t>(f.to_slice)];
+    CHECK(call.category == Category::runtime);
+    CHECK(call.correlation == f.id);
+    CHECK(work.correlation == f.id);
+    CHECK(work.start_us == f.to_us);
+    CHECK(call.start_us <= work.start_us);
+    launched[f.id] = m.names[call.name];
+  }
+  CHECK(launched == std::map<uint64_t, std::string>{{311, "cudaMemcpyAsync"},
+                                                    {333, "cudaLaunchKernel"},
+                                                    {338, "cudaLaunchKernel"},
+                                                    {482, "cudaLaunchKernel"},
+                                                    {492, "cudaLaunchKernel"}});
+
+  // ProfilerStep#2 is the step; the metrics see the kernels and the copy in it.
+  REQUIRE(r.timeline.steps.size() == 1);
+  CHECK(r.timeline.steps[0].step == 2);
+  CHECK(r.timeline.steps[0].start_us == 1621401187223358.0);
+  CHECK(r.timeline.steps[0].end_us == 1621401187223358.0 + 13410);
+  REQUIRE(r.timeline.slices.size() == 5);
+  for (const DeviceSlice& s : r.timeline.slices) CHECK(s.stream == 7);
+  const auto steps = step_metrics(r.timeline);
+  REQUIRE(steps.size() == 1);
+  CHECK(steps[0].compute_us == Approx(3 + 2 + 3 + 2));
+  CHECK(steps[0].memcpy_us == Approx(1));
+  CHECK(steps[0].comm_us == 0);
+}
+
+TEST_CASE("kineto: a real CPU trace (PyTorch 2.15): ops, annotations, steps, flows", "[viewer]") {
+  const TraceModel m = load_traces({(kData / "kineto_cpu_torch2.15.pt.trace.json.gz").string()});
+  REQUIRE(m.ranks.size() == 1);
+  const Rank& r = m.ranks[0];
+  CHECK(m.skipped == 0);
+  for (const Lane& l : r.lanes) {
+    CHECK(!l.device);
+    check_nested(l);
+  }
+
+  // One Python thread holds the ops; the profiler's own span sits on the "Spans" lane.
+  const Lane* thread = nullptr;
+  for (const Lane& l : r.lanes)
+    if (l.name.starts_with("thread ") && l.name.ends_with(" (python)")) thread = &l;
+  REQUIRE(thread != nullptr);
+  CHECK(thread->process == "python");
+  CHECK(thread->slices.size() > 600);
+  CHECK(lane_named(r, "PyTorch Profiler").process == "Spans");
+
+  // Steps 2 to 4, each a ProfilerStep#N annotation enclosing forward, backward and optimizer.
+  REQUIRE(r.timeline.steps.size() == 3);
+  std::map<std::string, int> annotations;
+  for (int k = 0; k < 3; ++k) {
+    const StepWindow& w = r.timeline.steps[static_cast<size_t>(k)];
+    CHECK(w.step == k + 2);
+    const Slice& s = thread->slices[find_slice(m, *thread, "ProfilerStep#" + std::to_string(w.step))];
+    CHECK(s.depth == 0);
+    CHECK(s.category == Category::annotation);
+    CHECK(s.start_us == w.start_us);
+    CHECK(s.end_us == w.end_us);
+  }
+  for (size_t i = 0; i < thread->slices.size(); ++i)
+    if (thread->slices[i].category == Category::annotation) ++annotations[path_of(m, *thread, i)];
+  CHECK(annotations["ProfilerStep#2/forward"] == 1);
+  CHECK(annotations["ProfilerStep#3/backward"] == 1);
+  CHECK(annotations["ProfilerStep#4/optimizer"] == 1);
+  CHECK(annotations["ProfilerStep#4/optimizer/Optimizer.step#AdamW.step"] == 1);
+
+  // Ops nest under their annotations: nn.Linear's op and the matmul inside it.
+  size_t linears = 0;
+  for (size_t i = 0; i < thread->slices.size(); ++i) {
+    if (m.names[thread->slices[i].name] != "aten::addmm") continue;
+    const std::string path = path_of(m, *thread, i);
+    INFO(path);
+    CHECK(path.ends_with("/forward/aten::linear/aten::addmm"));
+    CHECK(thread->slices[i].category == Category::cpu_op);
+    ++linears;
+  }
+  CHECK(linears == 6);  // two layers, three steps
+  const Slice& linear = thread->slices[find_slice(m, *thread, "aten::linear")];
+  CHECK(nlohmann::json::parse(m.args_json[linear.args])["Input Dims"] == nlohmann::json::parse("[[32, 64], [128, 64], [128]]"));
+
+  // fwdbwd flows: from an op in forward to the op that runs its backward.
+  REQUIRE(r.flows.size() == 21);
+  for (const Flow& f : r.flows) {
+    REQUIRE(f.from_slice >= 0);
+    REQUIRE(f.to_slice >= 0);
+    const std::string from = path_of(m, r.lanes[static_cast<size_t>(f.from_lane)], static_cast<size_t>(f.from_slice));
+    const std::string to = path_of(m, r.lanes[static_cast<size_t>(f.to_lane)], static_cast<size_t>(f.to_slice));
+    INFO(from << " -> " << to);
+    CHECK(from.find("/forward/") != std::string::npos);
+    CHECK(to.find("/backward/") != std::string::npos);
+  }
+
+  // Host memory ([memory] with "Device Type": 0) is not GPU memory: no counters, no samples.
+  CHECK(r.counters.empty());
+  CHECK(r.timeline.memory.empty());
+  CHECK(r.timeline.slices.empty());
+}
