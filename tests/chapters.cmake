@@ -162,4 +162,25 @@ if(TARGET shardlab-view AND XVFB_RUN)
   set_tests_properties("viewer: a screenshot of a chapter trace under Xvfb is produced and shows the lane colours"
                        "viewer: a malformed file with --screenshot exits non-zero with a message"
                        PROPERTIES TIMEOUT 120 RESOURCE_LOCK xvfb)
+
+  # Real input, replayed: scripts of synthetic events (--replay) through ImGui's GLFW backend,
+  # the resulting view state (--state-out) checked against numbers (check_viewer_input.py).
+  foreach(scenario_and_name
+          "wheel|wheel up at a point zooms in keeping that time under the pointer, down zooms out"
+          "drag|dragging the tracks pans by the dragged time"
+          "keys|W/S zoom and A/D pan by the held time, Home fits everything"
+          "select|a click selects the slice under the pointer and F fits it"
+          "range|shift-drag selects a range whose Range panel totals match the trace files"
+          "drop|dropping a run directory onto the empty window loads it"
+          "bad_path|a bad path in the path field shows an error and the app keeps running"
+          "cancel|a load runs in the background with a progress bar and Cancel stops it")
+    string(REPLACE "|" ";" _parts "${scenario_and_name}")
+    list(GET _parts 0 _scenario)
+    list(GET _parts 1 _name)
+    add_test(NAME "viewer: input replay: ${_name}"
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_viewer_input.py $<TARGET_FILE:shardlab-view>
+                     ${PROJECT_SOURCE_DIR}/traces/03_bucketed_ddp ${PROJECT_SOURCE_DIR}/traces/02_naive_ddp
+                     ${VIEWER_OUT}/input ${_scenario})
+    set_tests_properties("viewer: input replay: ${_name}" PROPERTIES TIMEOUT 180 RESOURCE_LOCK xvfb)
+  endforeach()
 endif()

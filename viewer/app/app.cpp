@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "panels.h"
+
 namespace shardlab::viewer::app {
 
 Run make_run(std::string label, TraceModel model, int run_index) {
@@ -60,6 +62,19 @@ void AppState::fit(double t0, double t1) {
   const double margin = std::max(t1 - t0, 1e-3) * 0.02;
   view_t0 = t0 - margin;
   view_t1 = t1 + margin;
+}
+
+void AppState::set_runs(std::vector<Run> loaded) {
+  runs = std::move(loaded);
+  hovered = selected = {};
+  range.reset();
+  range_rows_for.reset();
+  range_rows.clear();
+  layout = {};
+  update_search();
+  align_runs();
+  fit_all();
+  panel_tab = runs.size() > 1 ? tab_compare : tab_steps;
 }
 
 void AppState::update_search() {

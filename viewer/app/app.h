@@ -63,6 +63,23 @@ struct AppState {
   size_t match_count = 0;                        // slices whose name matches, over every run
   int align_step = 1;  // compare: the step both runs are aligned at
   int panel_tab = -1;  // a bottom panel to bring to the front (-1: leave as is)
+  int shown_tab = -1;  // the bottom panel the last frame showed
+
+  // The Range panel's rows, one per rank of every run: recomputed when the range changes.
+  std::optional<std::pair<double, double>> range_rows_for;
+  std::vector<std::pair<std::string, RangeMetrics>> range_rows;
+
+  // Where the last frame put things on screen: for the state dump (--state-out) that the
+  // input tests read to aim their synthetic clicks.
+  struct LaneBox {
+    int run = 0, rank = 0, lane = 0;
+    float y = 0, height = 0;
+  };
+  struct Layout {
+    float track_x0 = 0, track_width = 0;  // the time axis: x of view_t0 and its width in pixels
+    float tracks_top = 0, tracks_bottom = 0;
+    std::vector<LaneBox> lanes;  // the visible lanes
+  } layout;
 
   bool searching() const { return search[0] != '\0'; }
   bool filtering() const;
@@ -71,6 +88,9 @@ struct AppState {
   void fit(double t0, double t1);  // shows [t0, t1] with a small margin
   void fit_all() { fit(full_t0(), full_t1()); }
   void update_search();
+  // Shows freshly loaded runs: everything that pointed into the old ones (selection, hover,
+  // range, caches) is reset and the whole run is fitted.
+  void set_runs(std::vector<Run> loaded);
   void align_runs();  // sets runs[1].offset_us so both runs' align_step starts coincide (rank 0)
   const Slice* slice(const SliceRef& r) const;
 };

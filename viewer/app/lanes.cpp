@@ -36,6 +36,31 @@ void draw_slice(ImDrawList* dl, const AppState& app, const Run& run, const Slice
               nullptr, 0, &clip);
 }
 
+// Adjacent folded blocks that rasterize alike (same colour, same bar height in whole pixels,
+// touching) are drawn as one: a zoomed-out lane of steady work becomes a few rectangles instead
+// of two per block of 6 px. Fewer triangles is what counts with Mesa's software renderer.
+struct FoldRun {
+  float x0 = 0, x1 = 0, bar_top = 0;
+  ImU32 color = 0;
+  bool open = false;
+
+  void flush(ImDrawList* dl, float top, float bottom) {
+    if (!open) return;
+    // The faint block above the bar, not under it: no pixel is filled twice.
+    if (bar_top > top) dl->AddRectFilled({x0, top}, {x1, bar_top}, scale(color, 1, 50));
+    dl->AddRectFilled({x0, bar_top}, {x1, bottom}, color);
+    open = false;
+  }
+  void add(ImDrawList* dl, float fx0, float fx1, float top_of_bar, ImU32 c, float top, float bottom) {
+    if (open && c == color && top_of_bar == bar_top && fx0 <= x1 + 0.5f) {
+      x1 = std::max(x1, fx1);
+      return;
+    }
+    flush(dl, top, bottom);
+    *this = {fx0, fx1, top_of_bar, c, true};
+  }
+};
+
 }  // namespace
 
 // One lane's slices, depth row by depth row, only the visible ones.
@@ -58,6 +83,7 @@ void draw_lane(ImDrawList* dl, AppState& app, int run_i, int rank_i, int lane_i,
     const float top = slice_top(y, static_cast<int>(d)), bottom = top + kRowHeight - 1;
     const bool mouse_in_row = mouse.y >= top && mouse.y < bottom;
     auto at = [&](size_t i) -> const Slice& { return lane.slices[idx[i]]; };
+    FoldRun pending;
     // The first slice that ends inside the window: one binary search, however long its parent.
     size_t i = std::partition_point(idx.begin(), idx.end(), [&](uint32_t k) { return lane.slices[k].end_us <= t0; }) - idx.begin();
     while (i < idx.size() && at(i).start_us < t1) {
@@ -117,11 +143,16 @@ void draw_lane(ImDrawList* dl, AppState& app, int run_i, int rank_i, int lane_i,
       const double span = fold.t1 - fold.t0;
       const float busy = span > 0 ? static_cast<float>(std::min(1.0, fold.busy_us / span)) : 1.f;
       const ImU32 base = app.searching() && !any_match ? scale(category_color(s.category), 0.35f) : category_color(s.category);
-      dl->AddRectFilled({fx0, top}, {fx1, bottom}, scale(base, 1, 50));
-      dl->AddRectFilled({fx0, bottom - std::max(2.f, busy * (kRowHeight - 1))}, {fx1, bottom}, base);
-      if (any_match) dl->AddRect({fx0, top}, {fx1, bottom}, IM_COL32(255, 230, 0, 255), 0, 0, 2);
+      // Whole pixels: the rasterizer fills the same rows either way, and equal blocks merge.
+      const float bar_top = std::round(bottom - std::max(2.f, busy * (kRowHeight - 1)));
+      pending.add(dl, fx0, fx1, bar_top, base, top, bottom);
+      if (any_match) {  // the outline goes over the block: draw the block first
+        pending.flush(dl, top, bottom);
+        dl->AddRect({fx0, top}, {fx1, bottom}, IM_COL32(255, 230, 0, 255), 0, 0, 2);
+      }
       if (mouse_in_row && mouse.x >= fx0 && mouse.x < fx1) f.hovered_fold = fold;
     }
+    pending.flush(dl, top, bottom);
   }
 }
 
@@ -150,15 +181,27 @@ void draw_counters(ImDrawList* dl, const Run& run, int rank_i, float y, const Ma
       for (int c = c0; c <= c1; ++c) column[static_cast<size_t>(c)] = std::max(column[static_cast<size_t>(c)], v);
     }
     // Reserved is the allocator's envelope: a line; allocated (and anything else) is filled.
+    // Neighbouring columns at the same height (in whole pixels, which is what the rasterizer
+    // fills) are one rectangle: a flat stretch costs one, not one per pixel.
     const bool line = counter.name.find("reserved") != std::string::npos;
     const ImU32 col = line ? IM_COL32(240, 90, 90, 255) : IM_COL32(45, 180, 170, 200);
+    int run_start = 0;
+    float run_top = -1;  // the top of the run being gathered (-1: none)
+    auto emit = [&](int end) {  // columns [run_start, end)
+      if (run_top < 0) return;
+      const float x0 = m.x0 + static_cast<float>(run_start), x1 = m.x0 + static_cast<float>(end);
+      if (line) dl->AddRectFilled({x0, run_top - 1}, {x1, run_top + 1}, col);
+      else dl->AddRectFilled({x0, run_top}, {x1, bottom}, col);
+    };
     for (int c = 0; c < width; ++c) {
       const float v = column[static_cast<size_t>(c)];
-      if (v < 0) continue;
-      const float x = m.x0 + static_cast<float>(c), top = bottom - v * h;
-      if (line) dl->AddRectFilled({x, top - 1}, {x + 1, top + 1}, col);
-      else dl->AddRectFilled({x, top}, {x + 1, bottom}, col);
+      const float top = v < 0 ? -1 : std::round(bottom - v * h);
+      if (top == run_top) continue;
+      emit(c);
+      run_start = c;
+      run_top = top;
     }
+    emit(width);
   }
 }
 

@@ -66,7 +66,7 @@ void steps_tab(AppState& app) {
   ImGui::EndTable();
 }
 
-void range_tab(const AppState& app) {
+void range_tab(AppState& app) {
   if (!app.range) {
     ImGui::TextDisabled("Shift-drag on the timeline to select a time range.");
     return;
@@ -75,19 +75,17 @@ void range_tab(const AppState& app) {
   ImGui::Text("%s to %s: %s", format_time(t0).c_str(), format_time(t1).c_str(), format_time(t1 - t0).c_str());
   // Recomputed only when the range changes: a drag moves it every frame, but a still range
   // should cost nothing on a big trace.
-  static std::pair<double, double> cached{-1, -1};
-  static std::vector<std::pair<std::string, RangeMetrics>> rows;
-  if (cached != *app.range) {
-    cached = *app.range;
-    rows.clear();
+  if (app.range_rows_for != app.range) {
+    app.range_rows_for = app.range;
+    app.range_rows.clear();
     for (size_t r = 0; r < app.runs.size(); ++r)
       for (const Rank& rank : app.runs[r].model.ranks)
-        rows.emplace_back((r ? "cmp " : "") + std::to_string(rank.rank),
-                          range_metrics(rank.timeline, t0 - app.runs[r].offset_us, t1 - app.runs[r].offset_us));
+        app.range_rows.emplace_back((r ? "cmp " : "") + std::to_string(rank.rank),
+                                    range_metrics(rank.timeline, t0 - app.runs[r].offset_us, t1 - app.runs[r].offset_us));
   }
   if (!ImGui::BeginTable("range", 8, kTableFlags)) return;
   headers({"rank", "compute", "comm", "overlapped", "exposed comm", "comm wait", "memcpy", "idle"});
-  for (const auto& [rank, m] : rows) {
+  for (const auto& [rank, m] : app.range_rows) {
     ImGui::TableNextRow();
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(rank.c_str());
@@ -149,6 +147,16 @@ void compare_tab(const AppState& app) {
 
 }  // namespace
 
+const char* tab_name(int tab) {
+  switch (tab) {
+    case tab_details: return "Details";
+    case tab_steps: return "Steps";
+    case tab_range: return "Range";
+    case tab_compare: return "Compare";
+    default: return "";
+  }
+}
+
 void toolbar(AppState& app) {
   ImGui::SetNextItemWidth(220);
   if (ImGui::InputTextWithHint("##search", "search names", app.search, sizeof app.search)) app.update_search();
@@ -188,15 +196,19 @@ void toolbar(AppState& app) {
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("wheel: zoom at the cursor   Ctrl+wheel: scroll   drag: pan\n"
                       "Shift+drag: select a range   click: select a slice\n"
-                      "W/S: zoom   A/D: pan   F: fit the selection   Home: fit everything");
+                      "W/S: zoom   A/D: pan   F: fit the selection   Home: fit everything\n"
+                      "Ctrl+L: the path field   drop run directories or trace files onto the window to open them");
 }
 
 void panels(AppState& app) {
   if (!ImGui::BeginTabBar("panels")) return;
   auto tab = [&](const char* name, Tab t) {
     const bool requested = app.panel_tab == t;
-    return ImGui::BeginTabItem(name, nullptr, requested ? ImGuiTabItemFlags_SetSelected : 0);
+    const bool open = ImGui::BeginTabItem(name, nullptr, requested ? ImGuiTabItemFlags_SetSelected : 0);
+    if (open) app.shown_tab = t;
+    return open;
   };
+  app.shown_tab = -1;
   if (tab("Details", tab_details)) {
     details_tab(app);
     ImGui::EndTabItem();

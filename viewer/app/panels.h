@@ -7,6 +7,7 @@
 namespace shardlab::viewer::app {
 
 enum Tab { tab_details, tab_steps, tab_range, tab_compare };
+const char* tab_name(int tab);  // "Details", ... ("" for none)
 
 void toolbar(AppState& app);
 void panels(AppState& app);

@@ -142,6 +142,9 @@ void timeline(AppState& app, float height) {
   const ImVec2 clip0 = ImGui::GetWindowPos();
   const float clip_y1 = clip0.y + ImGui::GetWindowHeight();
   const float track_x1 = f.map.x0 + f.map.width;
+  app.layout.track_x0 = f.map.x0, app.layout.track_width = f.map.width;
+  app.layout.tracks_top = clip0.y, app.layout.tracks_bottom = clip_y1;
+  app.layout.lanes.clear();
 
   // Grid lines at the ruler's ticks, behind everything.
   const double step = tick_step(f.map);
@@ -174,6 +177,7 @@ void timeline(AppState& app, float height) {
           ImGui::Dummy({width, h});
           if (!ImGui::IsItemVisible()) continue;
           ys[l] = p.y;
+          app.layout.lanes.push_back({r, k, l, p.y, h});
           dl->AddRectFilled({p.x, p.y}, {track_x1, p.y + h}, l % 2 ? IM_COL32(255, 255, 255, 8) : IM_COL32(0, 0, 0, 0));
           dl->AddText({p.x + 14, p.y + kLanePad + 2}, IM_COL32(215, 215, 225, 255), lane.name.c_str());
           dl->PushClipRect({f.map.x0, p.y}, {track_x1, p.y + h}, true);

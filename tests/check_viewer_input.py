@@ -1,0 +1,501 @@
+#!/usr/bin/env python3
+"""check_viewer_input.py VIEWER RUN_DIR OTHER_RUN_DIR OUT_DIR SCENARIO
+
+Drives shardlab-view's real input path headless (under Xvfb) with --replay scripts of synthetic
+events, reads the view state it dumps (--state-out, or `state FILE` in the script) and checks
+the numbers: where the view went, what got selected, the range and the Range panel's totals,
+what got loaded, which error is shown. Each scenario is one ctest entry:
+
+  wheel     wheel up at a point zooms in 0.8x keeping the time under the pointer; down zooms out
+  drag      dragging pans by the dragged time (left and right), the vertical part moves no time
+  keys      W/S zoom in/out about the pointer (or the middle), A/D pan, Home fits everything
+  select    a click selects the slice under the pointer (the Details tab shows), F fits it
+  range     shift-drag sets the range selection; the Range panel's totals match the trace
+            files' kernels; F then fits the range
+  drop      dropping a run directory onto an empty window loads it (and two compare them)
+  bad_path  a missing path and a malformed file typed in the path field show errors in the
+            window while the app keeps running (and keeps the run it had)
+  cancel    a big trace loads in the background (progress bar, the open run still responds);
+            Cancel stops it and keeps the open run
+
+Coordinates come from the layout the viewer reports for its first frames: the script is written
+in window pixels, as a user's pointer would move.
+"""
+import gzip
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_screenshot import read_png  # noqa: E402
+
+WIDTH, HEIGHT = 1280, 720
+# The replay's fixed time step per frame, as ImGui holds it (a float).
+DT = struct.unpack("f", struct.pack("f", 1 / 60))[0]
+FAILURES = []
+
+
+def check(ok, what):
+    print(("ok    " if ok else "FAIL  ") + what)
+    if not ok:
+        FAILURES.append(what)
+
+
+def close(a, b, tol):
+    return a is not None and b is not None and abs(a - b) <= tol
+
+
+class Viewer:
+    def __init__(self, viewer, out_dir, scenario):
+        self.viewer, self.out, self.scenario, self.runs = viewer, out_dir, scenario, 0
+
+    def replay(self, script, paths=(), extra=(), expect_rc=0):
+        """Runs the viewer on a script; returns the final state."""
+        self.runs += 1
+        stem = os.path.join(self.out, f"{self.scenario}_{self.runs}")
+        with open(stem + ".txt", "w") as f:
+            f.write(script)
+        for suffix in (".json", ".png"):
+            if os.path.exists(stem + suffix):
+                os.remove(stem + suffix)
+        cmd = ["xvfb-run", "-a", "-s", "-screen 0 1920x1080x24", self.viewer, *paths, "--size", f"{WIDTH}x{HEIGHT}",
+               "--replay", stem + ".txt", "--state-out", stem + ".json", "--screenshot", stem + ".png", *extra]
+        print("$ " + " ".join(cmd))
+        result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        print(result.stdout + result.stderr, end="")
+        if result.returncode != expect_rc:
+            sys.exit(f"the viewer exited with {result.returncode}, expected {expect_rc}")
+        with open(stem + ".json") as f:
+            return json.load(f)
+
+    def state_file(self, name):
+        return os.path.join(self.out, f"{self.scenario}_{name}.json")
+
+    def load(self, name):
+        with open(self.state_file(name)) as f:
+            return json.load(f)
+
+
+# --- Geometry: the view's time axis and the lanes, as the state reports them.
+
+def t_at(state, x):
+    v, lay = state["view"], state["layout"]
+    return v["t0"] + (x - lay["track_x0"]) / lay["track_width"] * (v["t1"] - v["t0"])
+
+
+def x_at(state, t):
+    v, lay = state["view"], state["layout"]
+    return lay["track_x0"] + (t - v["t0"]) / (v["t1"] - v["t0"]) * lay["track_width"]
+
+
+def width(state):
+    return state["view"]["t1"] - state["view"]["t0"]
+
+
+def lane(state, rank, tid):
+    for ln in state["layout"]["lanes"]:
+        if ln["rank"] == rank and ln["tid"] == tid and ln["run"] == 0:
+            return ln
+    sys.exit(f"no visible lane for rank {rank} tid {tid}")
+
+
+def row_y(ln, depth=0):
+    """The middle of a lane's depth row (lanes.h: 3 px padding, 19 px rows)."""
+    return px(ln["y"] + 3 + depth * 19 + 9)
+
+
+def px(x):
+    """A pointer coordinate: whole pixels, as a display reports them (ImGui floors the rest)."""
+    return int(round(x))
+
+
+def fitted(t0, t1):
+    """AppState::fit: the window with a 2% margin each side."""
+    m = max(t1 - t0, 1e-3) * 0.02
+    return t0 - m, t1 + m
+
+
+def view_is(state, t0, t1, what, tol=1e-6):
+    v = state["view"]
+    check(close(v["t0"], t0, tol) and close(v["t1"], t1, tol),
+          f"{what}: view [{v['t0']:.6f}, {v['t1']:.6f}], expected [{t0:.6f}, {t1:.6f}]")
+
+
+# --- The trace files, read independently of the viewer.
+
+def trace_events(run_dir):
+    files = sorted(f for f in os.listdir(run_dir) if f.startswith("rank") and f.endswith(".json"))
+    out = {}
+    for f in files:
+        with open(os.path.join(run_dir, f)) as fh:
+            out[int(f[4:-5])] = json.load(fh)["traceEvents"]
+    return out
+
+
+def merged(intervals, a, b):
+    out = []
+    for s, e in sorted((max(s, a), min(e, b)) for s, e in intervals if e > a and s < b):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return out
+
+
+def total(iv):
+    return sum(e - s for s, e in iv)
+
+
+def intersection(x, y):
+    i = j = 0
+    t = 0.0
+    while i < len(x) and j < len(y):
+        lo, hi = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
+        t += max(0.0, hi - lo)
+        if x[i][1] < y[j][1]:
+            i += 1
+        else:
+            j += 1
+    return t
+
+
+def range_totals(events, a, b):
+    """common/metrics.cpp range_metrics, recomputed from the rank file's device events."""
+    compute, comm, copy = [], [], []
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        iv = (e["ts"], e["ts"] + e["dur"])
+        if e["cat"] != "kernel":
+            copy.append(iv)
+        elif e["name"].startswith("nccl"):
+            comm.append(iv)
+        else:
+            compute.append(iv)
+    cu, mu = merged(compute, a, b), merged(comm, a, b)
+    return {"window_us": b - a, "compute_us": total(cu), "comm_us": total(mu), "overlap_us": intersection(cu, mu),
+            "memcpy_us": total(merged(copy, a, b)), "idle_us": (b - a) - total(merged(compute + comm + copy, a, b))}
+
+
+def colour_pixels(png, target, tolerance=24):
+    _, _, rows = read_png(png)
+    return sum(1 for row in rows for px in row if all(abs(p - t) <= tolerance for p, t in zip(px, target)))
+
+
+# --- Scenarios.
+
+def scenario_wheel(v, run_dir, _other):
+    s0 = v.replay("", [run_dir])
+    ln = lane(s0, 0, 7)
+    x, y = 300, row_y(ln)
+    x2 = px(s0["layout"]["track_x0"] + s0["layout"]["track_width"] * 0.8)
+    t_mouse, t_mouse2 = t_at(s0, x), t_at(s0, x2)
+    v.replay(f"""
+move {x} {y}
+wheel 1
+state {v.state_file('up1')}
+wheel 1
+wheel 1
+state {v.state_file('up3')}
+move {x2} {y}
+wheel -2
+state {v.state_file('down2')}
+""", [run_dir])
+    up1, up3, down2 = v.load("up1"), v.load("up3"), v.load("down2")
+    check(close(width(up1), width(s0) * 0.8, 1e-6), f"one notch up zooms in 0.8x: {width(s0):.3f} -> {width(up1):.3f} us")
+    check(close(t_at(up1, x), t_mouse, 1e-6), f"the time under the pointer stays: {t_mouse:.6f} -> {t_at(up1, x):.6f} us")
+    check(close(width(up3), width(s0) * 0.8 ** 3, 1e-6), f"three notches zoom in 0.8^3: {width(up3):.3f} us")
+    check(close(t_at(up3, x), t_mouse, 1e-6), f"... still about the pointer: {t_at(up3, x):.6f} us")
+    t2 = t_at(up3, x2)
+    check(close(width(down2), width(up3) / 0.8 ** 2, 1e-6), f"two notches down zoom out 1.25^2: {width(down2):.3f} us")
+    check(close(t_at(down2, x2), t2, 1e-6), f"zooming out at another point keeps its time: {t2:.6f} us")
+    check(t_mouse2 != t2, "(the second point's time had moved with the zoom, so the check above means something)")
+
+
+def scenario_drag(v, run_dir, _other):
+    s0 = v.replay("", [run_dir])
+    ln = lane(s0, 0, 7)
+    y = row_y(ln)
+    us_per_px = width(s0) / s0["layout"]["track_width"]
+    v.replay(f"""
+drag 700 {y} 450 {y}
+state {v.state_file('left')}
+drag 400 {y} 560 {y + 10} 5
+state {v.state_file('right')}
+""", [run_dir])
+    left, right = v.load("left"), v.load("right")
+    check(close(left["view"]["t0"] - s0["view"]["t0"], 250 * us_per_px, 1e-6) and close(width(left), width(s0), 1e-9),
+          f"dragging 250 px left shows {250 * us_per_px:.3f} us later: moved {left['view']['t0'] - s0['view']['t0']:.3f} us")
+    check(close(right["view"]["t0"] - left["view"]["t0"], -160 * us_per_px, 1e-6),
+          f"dragging 160 px right (and 10 down) shows {160 * us_per_px:.3f} us earlier: "
+          f"moved {right['view']['t0'] - left['view']['t0']:.3f} us")
+    check(right["selected"] is None and right["range"] is None, "a drag neither selects nor sets a range")
+
+
+def scenario_keys(v, run_dir, _other):
+    s0 = v.replay("", [run_dir])
+    w0, mid0 = width(s0), (s0["view"]["t0"] + s0["view"]["t1"]) / 2
+    ln = lane(s0, 0, 7)
+    x, y = 900, row_y(ln)
+    t_mouse = t_at(s0, x)
+    v.replay(f"""
+hold w 30
+state {v.state_file('w')}
+hold s 30
+state {v.state_file('s')}
+hold d 30
+state {v.state_file('d')}
+hold a 15
+state {v.state_file('a')}
+move {x} {y}
+hold w 20
+state {v.state_file('w_at')}
+press home
+state {v.state_file('home')}
+""", [run_dir])
+    sw, ss, sd, sa, swat, home = (v.load(n) for n in ("w", "s", "d", "a", "w_at", "home"))
+    mid = lambda s: (s["view"]["t0"] + s["view"]["t1"]) / 2  # noqa: E731
+    check(close(width(sw), w0 * math.exp(-2.5 * 30 * DT), 1e-6) and close(mid(sw), mid0, 1e-6),
+          f"W held 30 frames (0.5 s) zooms in exp(-1.25) about the middle: {w0:.3f} -> {width(sw):.3f} us")
+    check(close(width(ss), w0, 1e-6) and close(mid(ss), mid0, 1e-6),
+          f"S held 30 frames zooms back out by exp(1.25): {width(ss):.3f} us")
+    check(close(sd["view"]["t0"] - ss["view"]["t0"], 1.2 * 30 * DT * w0, 1e-6) and close(width(sd), w0, 1e-6),
+          f"D held 30 frames pans right 1.2 windows/s x 0.5 s: moved {sd['view']['t0'] - ss['view']['t0']:.3f} us "
+          f"of {0.6 * w0:.3f}")
+    check(close(sa["view"]["t0"] - sd["view"]["t0"], -1.2 * 15 * DT * w0, 1e-6),
+          f"A held 15 frames pans left 0.3 windows: moved {sa['view']['t0'] - sd['view']['t0']:.3f} us")
+    t_here = t_at(sa, x)
+    check(close(width(swat), w0 * math.exp(-2.5 * 20 * DT), 1e-6) and close(t_at(swat, x), t_here, 1e-6),
+          f"W with the pointer on the tracks zooms about the pointer: {t_here:.6f} -> {t_at(swat, x):.6f} us")
+    full = fitted(home["full"]["t0"], home["full"]["t1"])
+    view_is(home, *full, "Home fits everything")
+    view_is(s0, *full, "(the start shows everything too)")
+    check(t_mouse != t_here, "(the pointer's time before W differs from the start's: the pan happened)")
+
+
+def longest_kernel(events, tid):
+    ks = [e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel" and e.get("tid") == tid
+          and e.get("pid") == 0]
+    return max(ks, key=lambda e: (e["dur"], -e["ts"]))
+
+
+def largest_gap(events, pid, tid, t0, t1):
+    """The middle of the longest stretch of [t0, t1] with no event on the lane."""
+    iv = merged([(e["ts"], e["ts"] + e["dur"]) for e in events
+                 if e.get("ph") == "X" and e.get("pid") == pid and e.get("tid") == tid], t0, t1)
+    edges = [t0] + [t for a, b in iv for t in (a, b)] + [t1]
+    gaps = [(edges[i + 1] - edges[i], (edges[i] + edges[i + 1]) / 2) for i in range(0, len(edges), 2)]
+    return max(gaps)
+
+
+def scenario_select(v, run_dir, _other):
+    events = trace_events(run_dir)[0]
+    k = longest_kernel(events, 7)
+    ts, te = k["ts"], k["ts"] + k["dur"]
+    rng = ["--range", f"{ts - k['dur']}:{te + k['dur']}"]  # the kernel fills the middle third
+    s0 = v.replay("", [run_dir], rng)
+    ln = lane(s0, 0, 7)
+    x, y = px(x_at(s0, (ts + te) / 2)), row_y(ln)
+    gap, gap_t = largest_gap(events, 0, 7, s0["view"]["t0"], s0["view"]["t1"])
+    gap_x = px(x_at(s0, gap_t))
+    end = v.replay(f"""
+click {x} {y}
+wait
+state {v.state_file('clicked')}
+click {gap_x} {y}
+state {v.state_file('cleared')}
+click {x} {y}
+press f
+state {v.state_file('fitted')}
+""", [run_dir], rng)
+    clicked, cleared, fit = v.load("clicked"), v.load("cleared"), v.load("fitted")
+    sel = clicked["selected"] or {}
+    check(sel.get("name") == k["name"] and sel.get("rank") == 0 and sel.get("lane_name") == ln["name"],
+          f"the click selects {k['name']} on rank 0 {ln['name']}: got {sel.get('name')} on {sel.get('lane_name')}")
+    check(close(sel.get("start_us"), ts, 1e-3) and close(sel.get("end_us"), te, 1e-3),
+          f"... the one at {ts} us lasting {k['dur']} us: got {sel.get('start_us')} to {sel.get('end_us')}")
+    check(clicked["panel"] == "Details", f"the Details tab comes to the front: {clicked['panel']}")
+    check(gap > 5 * width(s0) / s0["layout"]["track_width"] and cleared["selected"] is None,
+          f"a click on empty track ({gap:.3f} us free at {gap_t:.3f} us) clears the selection: {cleared['selected']}")
+    view_is(fit, *fitted(ts, te), "a click again and F fit the selected slice", 1e-3)
+    check(fit["selected"] is not None and end["selected"] == fit["selected"], "(the fitted slice stays selected)")
+    view_is(clicked, s0["view"]["t0"], s0["view"]["t1"], "a click does not move the view")
+
+
+def scenario_range(v, run_dir, _other):
+    s0 = v.replay("", [run_dir])
+    ln = lane(s0, 1, 7)
+    xa, xb, y = 420, 900, row_y(ln)
+    a, b = t_at(s0, xa), t_at(s0, xb)
+    v.replay(f"""
+keydown shift
+drag {xb} {y} {xa} {y}
+keyup shift
+state {v.state_file('selected')}
+press f
+state {v.state_file('fitted')}
+""", [run_dir])
+    sel, fit = v.load("selected"), v.load("fitted")
+    r = sel["range"] or [None, None]
+    check(close(r[0], a, 1e-6) and close(r[1], b, 1e-6),
+          f"shift-drag from x={xb} back to x={xa} selects [{a:.4f}, {b:.4f}] us: got {r}")
+    view_is(sel, s0["view"]["t0"], s0["view"]["t1"], "shift-drag does not pan")
+    check(sel["panel"] == "Range", f"the Range tab comes to the front: {sel['panel']}")
+    rows = {row["rank"]: row for row in sel["range_rows"]}
+    events = trace_events(run_dir)
+    check(sorted(rows) == sorted(str(k) for k in events), f"one Range row per rank: {sorted(rows)}")
+    for rank, evs in sorted(events.items()):
+        want, got = range_totals(evs, a, b), rows.get(str(rank), {})
+        for key, value in want.items():
+            check(close(got.get(key), value, 1e-3), f"rank {rank} {key}: panel {got.get(key)}, trace files {value:.4f}")
+    check(any(range_totals(e, a, b)["compute_us"] > 0 for e in events.values()) and
+          any(range_totals(e, a, b)["idle_us"] > 0 for e in events.values()),
+          "(the range holds both compute and idle time, so the totals above mean something)")
+    view_is(fit, *fitted(a, b), "F with no slice selected fits the range")
+
+
+def scenario_drop(v, run_dir, other_dir):
+    run_dir, other_dir = os.path.abspath(run_dir), os.path.abspath(other_dir)
+    events = trace_events(run_dir)
+    n_events = sum(1 for evs in events.values() for e in evs if e.get("ph") == "X")
+    end = v.replay(f"""
+state {v.state_file('empty')}
+drop {run_dir}
+wait_load
+wait 3
+state {v.state_file('dropped')}
+screenshot {os.path.join(v.out, 'drop_dropped.png')}
+drop {run_dir} {other_dir}
+wait_load
+wait 2
+""")
+    empty, dropped = v.load("empty"), v.load("dropped")
+    check(empty["runs"] == [] and empty["error"] == "", "the viewer starts empty, without an error")
+    runs = dropped["runs"]
+    files = [os.path.join(run_dir, f"rank{r}.json") for r in sorted(events)]
+    check(len(runs) == 1 and runs[0]["files"] == files, f"the dropped directory's rank files load: "
+          f"{runs[0]['files'] if runs else None}")
+    check(runs and runs[0]["events"] == n_events, f"... all {n_events} events: {runs[0]['events'] if runs else None}")
+    check(dropped["error"] == "" and not dropped["loading"], "no error, not loading any more")
+    view_is(dropped, *fitted(dropped["full"]["t0"], dropped["full"]["t1"]), "the dropped run is shown whole")
+    check(dropped["path_field"] == run_dir, f"the path field shows what is open: {dropped['path_field']}")
+    check(len(dropped["layout"]["lanes"]) >= 3, f"its lanes are drawn: {len(dropped['layout']['lanes'])} visible")
+    png = os.path.join(v.out, "drop_dropped.png")
+    blue, orange = colour_pixels(png, (66, 133, 244)), colour_pixels(png, (245, 140, 30))
+    check(blue > 2000 and orange > 100, f"the window shows compute (blue: {blue} px) and comm (orange: {orange} px)")
+    labels = [r["label"] for r in end["runs"]]
+    check(labels == [run_dir, other_dir], f"two directories dropped together open as a run and its comparison: {labels}")
+    check(end["panel"] == "Compare", f"... with the Compare tab in front: {end['panel']}")
+
+
+def scenario_bad_path(v, run_dir, _other):
+    missing = os.path.join(v.out, "no_such_run")
+    malformed = os.path.join(v.out, "malformed_trace.json")
+    with open(malformed, "w") as f:
+        f.write('{"traceEvents": [{"ph": "X", "name": "truncated", "ts": ')
+    s0 = v.replay("", [run_dir])
+    field = s0["layout"]["path_field"]
+    fx, fy = px((field[0] + field[2]) / 2), px((field[1] + field[3]) / 2)
+    button = s0["layout"]["open_button"]
+    ox, oy = px((button[0] + button[2]) / 2), px((button[1] + button[3]) / 2)
+    ln = lane(s0, 0, 7)
+    end = v.replay(f"""
+click {fx} {fy}
+keydown ctrl
+press a
+keyup ctrl
+type {missing}
+press enter
+wait_load
+wait 2
+state {v.state_file('missing')}
+screenshot {os.path.join(v.out, 'bad_path_missing.png')}
+click {fx} {fy}
+keydown ctrl
+press a
+keyup ctrl
+type {malformed}
+click {ox} {oy}
+wait_load
+state {v.state_file('malformed')}
+move 700 {row_y(ln)}
+wheel 1
+wait 5
+state {v.state_file('still_running')}
+drop {run_dir}
+wait_load
+""", [run_dir])
+    missing_s, malformed_s, running = v.load("missing"), v.load("malformed"), v.load("still_running")
+    check(missing_s["path_field"] == missing, f"the typed path went into the field: {missing_s['path_field']}")
+    check(missing in missing_s["error"] and "no such file" in missing_s["error"],
+          f"a missing path shows an error naming it: {missing_s['error']!r}")
+    check(len(missing_s["runs"]) == 1 and missing_s["runs"][0]["label"] == run_dir,
+          "the run that was open stays open")
+    check(malformed in malformed_s["error"] and "JSON" in malformed_s["error"],
+          f"a malformed file (opened with the Open button) shows the loader's message: {malformed_s['error']!r}")
+    check(len(malformed_s["runs"]) == 1 and malformed_s["runs"][0]["label"] == run_dir, "... and the run stays open")
+    check(running["frame"] > malformed_s["frame"] and close(width(running), width(s0) * 0.8, 1e-6),
+          f"the app keeps running and responding: frame {running['frame']}, the wheel still zooms")
+    check(end["error"] == "" and len(end["runs"]) == 1, f"a good drop afterwards loads and clears the error: "
+          f"{end['error']!r}")
+    # A bad path on the command line: the window opens and says so (only a headless screenshot
+    # without a script exits with an error instead).
+    start = v.replay(f"state {v.state_file('cmdline')}\n", [missing])
+    check(missing in start["error"] and start["runs"] == [], f"a bad path on the command line shows its error in "
+          f"the window: {start['error']!r}")
+
+
+def scenario_cancel(v, run_dir, _other):
+    # A trace big enough to take a while to load (compressed: the test writes little).
+    big = os.path.join(v.out, "cancel_big.json.gz")
+    with gzip.open(big, "wt", compresslevel=1) as f:
+        f.write('{"traceEvents": [\n')
+        for i in range(600000):
+            f.write('{"ph": "X", "cat": "kernel", "name": "k%d", "pid": 0, "tid": 7, "ts": %.3f, "dur": 5.0},\n'
+                    % (i % 50, i * 7.0))
+        f.write('{"ph": "X", "cat": "kernel", "name": "end", "pid": 0, "tid": 7, "ts": 1e7, "dur": 5.0}]}\n')
+    s0 = v.replay("", [run_dir])
+    ln = lane(s0, 0, 7)
+    x, y = 700, row_y(ln)
+    v.replay(f"""
+drop {big}
+wait 2
+move {x} {y}
+wheel 1
+state {v.state_file('loading')}
+""", [run_dir])
+    loading = v.load("loading")
+    cancel = loading["layout"]["cancel_button"]
+    check(loading["loading"] and cancel[2] > cancel[0], f"while it loads, a progress bar with Cancel shows: {cancel}")
+    check([r["label"] for r in loading["runs"]] == [run_dir] and close(width(loading), width(s0) * 0.8, 1e-6),
+          "... and the open run stays on screen and keeps responding (the wheel zooms)")
+    cx, cy = px((cancel[0] + cancel[2]) / 2), px((cancel[1] + cancel[3]) / 2)
+    end = v.replay(f"""
+drop {big}
+wait 2
+click {cx} {cy}
+wait_load
+wait 2
+""", [run_dir])
+    check(not end["loading"] and [r["label"] for r in end["runs"]] == [run_dir] and end["error"] == "",
+          f"Cancel stops the load and keeps the open run, without an error: {[r['label'] for r in end['runs']]}, "
+          f"{end['error']!r}")
+
+
+def main():
+    viewer, run_dir, other_dir, out_dir, scenario = sys.argv[1:6]
+    os.makedirs(out_dir, exist_ok=True)
+    fn = globals().get("scenario_" + scenario)
+    if fn is None:
+        sys.exit(f"unknown scenario {scenario}")
+    fn(Viewer(viewer, out_dir, scenario), run_dir, other_dir)
+    if FAILURES:
+        sys.exit(f"{len(FAILURES)} check(s) failed")
+    print(f"{scenario}: all checks passed")
+
+
+if __name__ == "__main__":
+    main()
