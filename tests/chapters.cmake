@@ -163,6 +163,16 @@ if(TARGET shardlab-view AND XVFB_RUN)
                        "viewer: a malformed file with --screenshot exits non-zero with a message"
                        PROPERTIES TIMEOUT 120 RESOURCE_LOCK xvfb)
 
+  # Each chapter README shows a viewer screenshot of its reference trace with the command that
+  # made it: the command is rerun as written (into the build tree) and its picture checked.
+  foreach(chapter 00_streams_events 01_ring_allreduce 02_naive_ddp 03_bucketed_ddp 04_fsdp)
+    add_test(NAME "viewer: the README screenshot command of chapter ${chapter} works"
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_readme_screenshot.py $<TARGET_FILE:shardlab-view>
+                     ${PROJECT_SOURCE_DIR}/chapters/${chapter}/README.md ${VIEWER_OUT}/readme/${chapter}.png)
+    set_tests_properties("viewer: the README screenshot command of chapter ${chapter} works"
+                         PROPERTIES TIMEOUT 120 RESOURCE_LOCK xvfb)
+  endforeach()
+
   # Real input, replayed: scripts of synthetic events (--replay) through ImGui's GLFW backend,
   # the resulting view state (--state-out) checked against numbers (check_viewer_input.py).
   foreach(scenario_and_name
@@ -173,7 +183,8 @@ if(TARGET shardlab-view AND XVFB_RUN)
           "range|shift-drag selects a range whose Range panel totals match the trace files"
           "drop|dropping a run directory onto the empty window loads it"
           "bad_path|a bad path in the path field shows an error and the app keeps running"
-          "cancel|a load runs in the background with a progress bar and Cancel stops it")
+          "cancel|a load runs in the background with a progress bar and Cancel stops it"
+          "collective|a click on a collective lists it on every rank at the trace files' times and links the ranks")
     string(REPLACE "|" ";" _parts "${scenario_and_name}")
     list(GET _parts 0 _scenario)
     list(GET _parts 1 _name)

@@ -17,6 +17,11 @@ what got loaded, which error is shown. Each scenario is one ctest entry:
             window while the app keeps running (and keeps the run it had)
   cancel    a big trace loads in the background (progress bar, the open run still responds);
             Cancel stops it and keeps the open run
+  collective  a click on rank 0's all-reduce lists the same collective on every rank (same
+            process group and Seq) with the start, end and preceding wait the trace files give
+            each rank, and draws the link between the ranks; a send/recv (whose Seq counts per
+            pair of ranks) links to nothing. Also reads 01_ring_allreduce, next to RUN_DIR, for
+            its waits and send/recvs.
 
 Coordinates come from the layout the viewer reports for its first frames: the script is written
 in window pixels, as a user's pointer would move.
@@ -483,6 +488,152 @@ wait 2
     check(not end["loading"] and [r["label"] for r in end["runs"]] == [run_dir] and end["error"] == "",
           f"Cancel stops the load and keeps the open run, without an error: {[r['label'] for r in end['runs']]}, "
           f"{end['error']!r}")
+
+
+def collective_kernels(events):
+    """A rank file's collective kernels (args with "Collective name"), each with the wait its
+    stream had right before it: the nccl:wait slices since the stream's previous collective
+    kernel, as the loader ties them."""
+    out, pending = [], {}
+    for e in sorted((e for e in events if e.get("ph") == "X" and e.get("cat") == "kernel"), key=lambda e: e["ts"]):
+        lane_key = (e.get("pid"), e.get("tid"))
+        if e["name"].startswith("nccl:wait"):
+            pending[lane_key] = pending.get(lane_key, 0.0) + e["dur"]
+        elif e["name"].startswith("nccl") and "Collective name" in e.get("args", {}):
+            out.append((e, pending.pop(lane_key, 0.0)))
+    return out
+
+
+def collective_key(e):
+    a = e["args"]
+    return a.get("Process Group Name"), json.dumps(a.get("Process Group Ranks")), a.get("Seq")
+
+
+def point_to_point(e):
+    return e["args"]["Collective name"] in ("sendrecv", "send", "recv")
+
+
+LINK_CYAN = (90, 225, 255)  # viewer/app/app.h kCollectiveColor
+
+
+def link_pixels(png, state, x=None, y0=None, y1=None):
+    """Pixels of the link colour on the tracks; with x, y0, y1: the rows of [y0, y1) holding one
+    within a pixel of column x (a vertical connector there)."""
+    _, _, rows = read_png(png)
+    lay = state["layout"]
+    near = lambda p: all(abs(a - b) <= 24 for a, b in zip(p, LINK_CYAN))  # noqa: E731
+    if x is not None:
+        return sum(1 for y in range(y0, y1) if any(near(rows[y][c]) for c in (x - 1, x, x + 1)))
+    return sum(1 for y in range(px(lay["tracks_top"]), px(lay["tracks_bottom"]))
+               for p in rows[y][px(lay["track_x0"]):px(lay["track_x0"] + lay["track_width"])] if near(p))
+
+
+def check_peers(state, kernel, files, what):
+    """The state's collective_peers against the trace files: one entry per rank, each the kernel
+    with the selected one's process group, ranks and Seq, at the file's times, after its wait."""
+    want = {}
+    for rank, evs in files.items():
+        found = [(e, w) for e, w in collective_kernels(evs) if collective_key(e) == collective_key(kernel)
+                 and not point_to_point(e)]
+        check(len(found) == 1, f"{what}: rank {rank}'s file holds exactly one such kernel: {len(found)}")
+        if found:
+            want[rank] = found[0]
+    peers = state["collective_peers"]
+    check([p["rank"] for p in peers] == sorted(files), f"{what}: the state lists it on ranks {sorted(files)}: "
+          f"{[p['rank'] for p in peers]}")
+    for p in peers:
+        e, wait = want.get(p["rank"], ({"name": None, "ts": None, "dur": 0}, None))
+        check(p["name"] == e["name"] and close(p["start_us"], e["ts"], 1e-3) and
+              close(p["end_us"], e["ts"] + e["dur"], 1e-3) and close(p["wait_us"], wait, 1e-3),
+              f"{what}: rank {p['rank']}: {p['name']} at {p['start_us']} to {p['end_us']} us after a wait of "
+              f"{p['wait_us']:.3f} us; the file: {e['name']} at {e['ts']} lasting {e['dur']} after {wait}")
+    return want
+
+
+def scenario_collective(v, run_dir, _other):
+    # 1. Chapter 03: rank 0's all-reduce of step 2, clicked.
+    files = trace_events(run_dir)
+    mine = [e for e, _ in collective_kernels(files[0]) if e["args"]["Collective name"] == "allreduce"]
+    k = mine[len(mine) // 2]
+    ts, te = k["ts"], k["ts"] + k["dur"]
+    rng = ["--range", f"{ts - k['dur']}:{te + k['dur']}"]
+    s0 = v.replay(f"screenshot {os.path.join(v.out, 'collective_none.png')}\n", [run_dir], rng)
+    ln = lane(s0, 0, k["tid"])
+    x, y = px(x_at(s0, (ts + te) / 2)), row_y(ln)
+    gap, gap_t = largest_gap(files[0], k["pid"], k["tid"], s0["view"]["t0"], s0["view"]["t1"])
+    away = px(s0["layout"]["tracks_top"]) - 16  # the ruler: no hover, no tooltip over the tracks
+    v.replay(f"""
+click {x} {y}
+move {x} {away}
+wait 2
+state {v.state_file('clicked')}
+screenshot {os.path.join(v.out, 'collective_clicked.png')}
+click {px(x_at(s0, gap_t))} {y}
+move {x} {away}
+wait 2
+state {v.state_file('cleared')}
+screenshot {os.path.join(v.out, 'collective_cleared.png')}
+""", [run_dir], rng)
+    clicked, cleared = v.load("clicked"), v.load("cleared")
+    sel = clicked["selected"] or {}
+    check(sel.get("name") == k["name"] and sel.get("rank") == 0 and close(sel.get("start_us"), ts, 1e-3),
+          f"the click selects rank 0's {k['name']} at {ts} us: got {sel.get('name')} at {sel.get('start_us')}")
+    a = k["args"]
+    coll = clicked["collective"] or {}
+    check(coll.get("name") == a["Collective name"] and coll.get("group") == a["Process Group Name"] and
+          coll.get("seq") == a["Seq"], f"... a collective: {a['Collective name']} #{a['Seq']} of "
+          f"{a['Process Group Name']}: got {coll}")
+    check(clicked["panel"] == "Details", f"the Details tab (with the per-rank table) comes to the front: {clicked['panel']}")
+    want = check_peers(clicked, k, files, "chapter 03")
+    # The drawing: a vertical connector at the kernels' common start from rank 0's stream to
+    # rank 1's, and none of the link colour before the click or once the selection is cleared.
+    ln1 = lane(s0, 1, want[1][0]["tid"]) if 1 in want else ln
+    y0, y1 = row_y(ln) + 6, row_y(ln1) - 6
+    starts = {round(e["ts"], 3) for e, _ in want.values()}
+    xs = px(x_at(clicked, ts))
+    rows = link_pixels(os.path.join(v.out, "collective_clicked.png"), clicked, xs, y0, y1)
+    check(len(starts) == 1 and rows >= 0.9 * (y1 - y0),
+          f"a vertical link at the common start (x={xs}) joins rank 0 and rank 1: {rows} of {y1 - y0} rows")
+    before = link_pixels(os.path.join(v.out, "collective_none.png"), s0)
+    after = link_pixels(os.path.join(v.out, "collective_cleared.png"), cleared)
+    check(before < 20 and after < 20, f"no link drawn before the click ({before} px) or after clearing ({after} px)")
+    check(cleared["selected"] is None and cleared["collective"] is None and cleared["collective_peers"] == [],
+          "clearing the selection clears the list")
+
+    # 2. Chapter 01's ring: ranks wait for each other before an all-reduce, and send/recvs number
+    # their Seq per pair of ranks, colliding with the all-reduces' numbers.
+    ring_dir = os.path.join(os.path.dirname(os.path.abspath(run_dir)), "01_ring_allreduce")
+    ring = trace_events(ring_dir)
+    waits = {}
+    for rank, evs in ring.items():
+        for e, w in collective_kernels(evs):
+            if not point_to_point(e):
+                waits[collective_key(e)] = max(waits.get(collective_key(e), 0.0), w)
+    ours = collective_kernels(ring[0])
+    ar = next(e for e, _ in ours if not point_to_point(e) and waits[collective_key(e)] > 1.0)
+    sr = [e for e, _ in ours if point_to_point(e) and e["ts"] + e["dur"] <= ar["ts"] and e["tid"] == ar["tid"]][-1]
+    others = {collective_key(e) for r in ring if r != 0 for e, _ in collective_kernels(ring[r])}
+    check(collective_key(sr) in others, f"(rank 0's sendrecv #{sr['args']['Seq']} shares its group and Seq with "
+          "other ranks' kernels, so pairing on those alone would link it)")
+    rng = ["--range", f"{sr['ts'] - sr['dur']}:{ar['ts'] + 2 * ar['dur']}"]
+    r0 = v.replay("", [ring_dir], rng)
+    rl = lane(r0, 0, ar["tid"])
+    v.replay(f"""
+click {px(x_at(r0, sr['ts'] + sr['dur'] / 2))} {row_y(rl)}
+wait
+state {v.state_file('sendrecv')}
+click {px(x_at(r0, ar['ts'] + ar['dur'] / 2))} {row_y(rl)}
+wait
+state {v.state_file('waits')}
+""", [ring_dir], rng)
+    srs, ws = v.load("sendrecv"), v.load("waits")
+    check((srs["selected"] or {}).get("name") == sr["name"] and srs["collective"] is None and
+          srs["collective_peers"] == [], f"a sendrecv ({sr['name']} at {sr['ts']} us) is linked to nothing: "
+          f"{srs['collective']}, {len(srs['collective_peers'])} peers")
+    check((ws["selected"] or {}).get("name") == ar["name"], f"the all-reduce after it is selected: {ws['selected']}")
+    want = check_peers(ws, ar, ring, "chapter 01")
+    check(sum(1 for _, w in want.values() if w > 0) >= 1, "(some rank waited before it, so the waits above mean "
+          f"something: {[round(w, 3) for _, w in want.values()]})")
 
 
 def main():

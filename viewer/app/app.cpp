@@ -6,12 +6,102 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <map>
+#include <string_view>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
 #include "panels.h"
 
 namespace shardlab::viewer::app {
+
+namespace {
+
+// The text of one top-level value in an args object ("Process Group Ranks": [0, 1, 2, 3] gives
+// "[0,1,2,3]"), whitespace dropped; "" when the key is absent. A scan, not a parse: it runs once
+// per collective kernel at load time, and the loader has already checked the JSON.
+std::string raw_arg(std::string_view args, std::string_view key) {
+  const std::string quoted = "\"" + std::string(key) + "\"";
+  size_t i = args.find(quoted);
+  if (i == std::string_view::npos) return {};
+  i = args.find_first_not_of(" \t\r\n", i + quoted.size());
+  if (i == std::string_view::npos || args[i] != ':') return {};
+  std::string out;
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (++i; i < args.size(); ++i) {
+    const char c = args[i];
+    if (in_string) {
+      out += c;
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n') continue;
+    if (depth == 0 && (c == ',' || c == '}' || c == ']')) break;  // the end of a scalar
+    out += c;
+    if (c == '"') in_string = true;
+    else if (c == '[' || c == '{') ++depth;
+    else if ((c == ']' || c == '}') && --depth == 0) break;
+  }
+  return out;
+}
+
+// Point-to-point operations: their Seq counts per pair of ranks (or per peer), not per group.
+bool point_to_point(const std::string& name) { return name == "sendrecv" || name == "send" || name == "recv"; }
+
+// Run::collectives: every rank's collective kernels grouped by (group, its ranks, Seq). The
+// loader has parsed their args into the rank's timeline (CollectiveRecord) and tied each comm
+// wait to the collective after it on its stream; a lane's kernel finds its record by stream and
+// times.
+void index_collectives(Run& run, int run_index) {
+  std::map<std::tuple<std::string, std::string, int64_t>, uint32_t> index;
+  for (size_t r = 0; r < run.model.ranks.size(); ++r) {
+    const Rank& rank = run.model.ranks[r];
+    const RankTimeline& tl = rank.timeline;
+    auto& of = run.collective_of.emplace_back();
+    std::vector<double> wait(tl.collectives.size(), 0.0);
+    struct Kernel {
+      int stream;
+      double start_us, end_us;
+      int32_t collective;
+      auto key() const { return std::tie(stream, start_us, end_us); }
+    };
+    std::vector<Kernel> kernels;
+    for (const DeviceSlice& d : tl.slices) {
+      if (d.collective < 0 || static_cast<size_t>(d.collective) >= tl.collectives.size()) continue;
+      if (d.kind == SliceKind::comm_wait) wait[static_cast<size_t>(d.collective)] += d.end_us - d.start_us;
+      else if (d.kind == SliceKind::comm) kernels.push_back({d.stream, d.start_us, d.end_us, d.collective});
+    }
+    if (kernels.empty()) continue;
+    std::sort(kernels.begin(), kernels.end(), [](const Kernel& a, const Kernel& b) { return a.key() < b.key(); });
+    for (size_t l = 0; l < rank.lanes.size(); ++l) {
+      const Lane& lane = rank.lanes[l];
+      if (!lane.device) continue;
+      for (uint32_t i = 0; i < lane.slices.size(); ++i) {
+        const Slice& s = lane.slices[i];
+        if (s.category != Category::comm) continue;
+        const Kernel probe{lane.tid, s.start_us, s.end_us, -1};
+        const auto k = std::lower_bound(kernels.begin(), kernels.end(), probe,
+                                        [](const Kernel& a, const Kernel& b) { return a.key() < b.key(); });
+        if (k == kernels.end() || k->key() != probe.key()) continue;
+        const CollectiveRecord& rec = tl.collectives[static_cast<size_t>(k->collective)];
+        if (rec.group.empty() || point_to_point(rec.name)) continue;
+        std::string ranks = raw_arg(run.model.args_json[s.args], "Process Group Ranks");
+        const auto next = static_cast<uint32_t>(run.collectives.size());
+        const auto [it, fresh] = index.try_emplace({rec.group, ranks, rec.seq}, next);
+        if (fresh) run.collectives.push_back({rec.name, rec.group, std::move(ranks), rec.seq, {}});
+        run.collectives[it->second].peers.push_back(
+            {{run_index, static_cast<int>(r), static_cast<int>(l), i}, wait[static_cast<size_t>(k->collective)]});
+        of[(static_cast<uint64_t>(l) << 32) | i] = it->second;
+      }
+    }
+  }
+}
+
+}  // namespace
 
 Run make_run(std::string label, TraceModel model, int run_index) {
   Run run;
@@ -39,6 +129,7 @@ Run make_run(std::string label, TraceModel model, int run_index) {
       }
     }
   }
+  index_collectives(run, run_index);
   return run;
 }
 
@@ -115,6 +206,15 @@ void AppState::align_runs() {
 const Slice* AppState::slice(const SliceRef& r) const {
   if (!r.valid()) return nullptr;
   return &runs[r.run].model.ranks[r.rank].lanes[r.lane].slices[r.slice];
+}
+
+const Collective* AppState::collective(const SliceRef& r) const {
+  if (!r.valid()) return nullptr;
+  const Run& run = runs[static_cast<size_t>(r.run)];
+  if (static_cast<size_t>(r.rank) >= run.collective_of.size()) return nullptr;
+  const auto& of = run.collective_of[static_cast<size_t>(r.rank)];
+  const auto it = of.find((static_cast<uint64_t>(r.lane) << 32) | r.slice);
+  return it == of.end() ? nullptr : &run.collectives[it->second];
 }
 
 ImU32 category_color(Category c) {
@@ -229,6 +329,20 @@ void slice_details(const AppState& app, const SliceRef& ref) {
       ImGui::Text("%s of %s over %d ranks", c.name.c_str(), format_bytes(static_cast<double>(bytes_s)).c_str(), c.group_size);
       ImGui::Text("algbw %.1f GB/s   busbw %.1f GB/s", algbw, algbw * bus_factor(c.name, c.group_size));
     }
+  }
+
+  if (const Collective* c = app.collective(ref); c && c->peers.size() > 1) {
+    double first = s.start_us, last = s.start_us, longest_wait = 0;
+    for (const CollectivePeer& p : c->peers) {
+      first = std::min(first, app.slice(p.ref)->start_us);
+      last = std::max(last, app.slice(p.ref)->start_us);
+      longest_wait = std::max(longest_wait, p.wait_us);
+    }
+    ImGui::Separator();
+    ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(kCollectiveColor), "%s #%lld of %s on %zu ranks", c->name.c_str(),
+                       static_cast<long long>(c->seq), c->group.c_str(), c->peers.size());
+    ImGui::Text("starts %s apart, longest wait before it %s%s", format_time(last - first).c_str(),
+                format_time(longest_wait).c_str(), s.start_us > first ? "; this rank started late" : "");
   }
 
   if (s.correlation != 0) {

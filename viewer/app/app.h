@@ -1,8 +1,8 @@
 // app.h: the viewer's state, shared by the timeline widget and the panels.
 //
 // One AppState per window. A Run is a loaded TraceModel plus what the drawing needs on top of it
-// (per-depth slice indices, the correlation index for flows) and its offset on the shared time
-// axis (a compared run is shifted so both align at a chosen step).
+// (per-depth slice indices, the correlation index for flows, the collectives across ranks) and
+// its offset on the shared time axis (a compared run is shifted so both align at a chosen step).
 #pragma once
 
 #include <array>
@@ -39,12 +39,31 @@ struct SliceRef {
   bool operator==(const SliceRef&) const = default;
 };
 
+// One collective's kernel on one rank.
+struct CollectivePeer {
+  SliceRef ref;
+  double wait_us = 0;  // its stream's comm wait right before it (the loader's waits: the other members arriving)
+};
+
+// One collective across the ranks of a run: the kernels whose args name the same "Process Group
+// Name", "Process Group Ranks" and "Seq" (Kineto's collective args). Send/recv are left out:
+// their Seq counts per pair of ranks, so equal numbers on two ranks are not one operation.
+struct Collective {
+  std::string name;         // "Collective name": "allreduce", ...
+  std::string group;        // "Process Group Name"
+  std::string group_ranks;  // "Process Group Ranks" as the file writes it, spaces dropped ("" if absent)
+  int64_t seq = 0;
+  std::vector<CollectivePeer> peers;  // in rank order
+};
+
 struct Run {
   std::string label;  // the paths it was loaded from
   TraceModel model;
   double offset_us = 0;  // added to every time of this run to place it on the shared axis
   std::vector<std::vector<DepthIndex>> depth_index;  // [rank][lane]
   std::vector<std::unordered_map<uint64_t, std::vector<SliceRef>>> by_correlation;  // [rank]
+  std::vector<Collective> collectives;  // built once per run (make_run); replaced with the run (set_runs)
+  std::vector<std::unordered_map<uint64_t, uint32_t>> collective_of;  // [rank]: lane << 32 | slice -> collectives[]
   std::vector<double> counter_max;  // [rank]: the largest counter value, the memory graph's scale
   std::vector<std::vector<StepMetrics>> steps;  // [rank]: step_metrics, computed once
 };
@@ -93,10 +112,13 @@ struct AppState {
   void set_runs(std::vector<Run> loaded);
   void align_runs();  // sets runs[1].offset_us so both runs' align_step starts coincide (rank 0)
   const Slice* slice(const SliceRef& r) const;
+  // The collective a slice is one rank's part of (nullptr: not a collective's kernel).
+  const Collective* collective(const SliceRef& r) const;
 };
 
 // Looks and words, shared by the widget and the panels.
 ImU32 category_color(Category c);
+constexpr ImU32 kCollectiveColor = IM_COL32(90, 225, 255, 255);  // a collective's links across ranks
 const char* category_name(Category c);
 std::string format_time(double us);   // "12.5 ms", "850 ns"
 std::string format_bytes(double b);   // "1.25 GiB"

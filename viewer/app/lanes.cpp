@@ -1,5 +1,5 @@
 // lanes.cpp: a lane's slices, touching only the visible ones; a rank's memory counters; the
-// launch -> kernel arrows.
+// launch -> kernel arrows; a collective linked across ranks.
 #include "lanes.h"
 
 #include <algorithm>
@@ -227,6 +227,32 @@ void draw_flows(ImDrawList* dl, const AppState& app, const SliceRef& ref, const 
     const ImU32 col = IM_COL32(255, 255, 255, 230);
     dl->AddBezierCubic(a, {a.x, a.y + (b.y > a.y ? bend : -bend)}, {b.x - bend, b.y}, b, col, 2);
     dl->AddTriangleFilled(b, {b.x - 8, b.y - 5}, {b.x - 8, b.y + 5}, col);
+  }
+}
+
+void draw_collective_links(ImDrawList* dl, const AppState& app, const SliceRef& ref, const Frame& f) {
+  const Collective* c = app.collective(ref);
+  if (!c || c->peers.size() < 2) return;
+  const double offset = app.runs[ref.run].offset_us;
+  const ImU32 col = kCollectiveColor;
+  bool have_prev = false;
+  ImVec2 prev;
+  for (const CollectivePeer& p : c->peers) {
+    const float y = f.lane_y[p.ref.run][p.ref.rank][p.ref.lane];
+    if (std::isnan(y)) continue;  // a collapsed rank, a lane scrolled away
+    const Slice& s = *app.slice(p.ref);
+    const float top = slice_top(y, s.depth), bottom = top + kRowHeight - 1;
+    const float x0 = f.map.x(s.start_us + offset), x1 = std::max(x0 + 2, f.map.x(s.end_us + offset));
+    if (!(p.ref == ref)) dl->AddRect({x0 - 1, top - 1}, {x1 + 1, bottom + 1}, col, 0, 0, 2);
+    if (p.wait_us > 0) {  // the wait, as a bar along the bottom of its row
+      const float w0 = f.map.x(s.start_us - p.wait_us + offset);
+      dl->AddRectFilled({w0, bottom - 3}, {x0, bottom}, col);
+    }
+    const ImVec2 at(x0, top + kRowHeight / 2);
+    if (have_prev) dl->AddLine(prev, at, col, 2);
+    dl->AddCircleFilled(at, 4, col);
+    prev = at;
+    have_prev = true;
   }
 }
 

@@ -1,4 +1,5 @@
-// lanes.h: drawing one lane's slices, a rank's memory counters and the flow arrows; the
+// lanes.h: drawing one lane's slices, a rank's memory counters, the flow arrows and the links of
+// a collective across ranks; the
 // pieces the timeline widget (timeline.cpp) lays out and the geometry they share.
 #pragma once
 
@@ -45,5 +46,9 @@ inline float slice_top(float lane_y, int depth) { return lane_y + kLanePad + sta
 void draw_lane(ImDrawList* dl, AppState& app, int run_i, int rank_i, int lane_i, float y, Frame& f);
 void draw_counters(ImDrawList* dl, const Run& run, int rank_i, float y, const Mapping& m);
 void draw_flows(ImDrawList* dl, const AppState& app, const SliceRef& ref, const Frame& f);
+// A collective's kernel on every rank (the visible ones): each outlined, a dot at each start and
+// a line through the starts from rank to rank, slanted where a rank started late; under each, a
+// bar as long as the wait its stream had before it.
+void draw_collective_links(ImDrawList* dl, const AppState& app, const SliceRef& ref, const Frame& f);
 
 }  // namespace shardlab::viewer::app

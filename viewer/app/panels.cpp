@@ -2,6 +2,7 @@
 // common/metrics.h, the code behind the run summary, so the viewer and the summary agree.
 #include "panels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -28,9 +29,58 @@ void headers(std::initializer_list<const char*> names) {
   ImGui::TableHeadersRow();
 }
 
-void details_tab(const AppState& app) {
-  if (app.selected.valid()) slice_details(app, app.selected);
-  else ImGui::TextDisabled("Click a slice to see its details; hover one for a quick look.");
+// A collective on each rank: when it started (the earliest start is the reference), how long it
+// took, how long its stream waited for the others first. Clicking a row selects that rank's kernel.
+void collective_table(AppState& app, const Collective& c) {
+  const Run& run = app.runs[static_cast<size_t>(app.selected.run)];
+  ImGui::TextColored(ImGui::ColorConvertU32ToFloat4(kCollectiveColor), "%s #%lld of %s%s%s on every rank",
+                     c.name.c_str(), static_cast<long long>(c.seq), c.group.c_str(), c.group_ranks.empty() ? "" : " ",
+                     c.group_ranks.c_str());
+  double first = app.slice(c.peers.front().ref)->start_us;
+  for (const CollectivePeer& p : c.peers) first = std::min(first, app.slice(p.ref)->start_us);
+  if (!ImGui::BeginTable("collective", 5, kTableFlags)) return;
+  headers({"rank", "start", "duration", "wait before", "late by"});
+  SliceRef select;
+  for (const CollectivePeer& p : c.peers) {
+    const Slice& s = *app.slice(p.ref);
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    char label[48];
+    std::snprintf(label, sizeof label, "%d##peer%d.%d.%u", run.model.ranks[static_cast<size_t>(p.ref.rank)].rank,
+                  p.ref.rank, p.ref.lane, p.ref.slice);
+    if (ImGui::Selectable(label, p.ref == app.selected, ImGuiSelectableFlags_SpanAllColumns)) select = p.ref;
+    ImGui::TableNextColumn();
+    ImGui::Text("%.3f us", s.start_us + run.offset_us);  // to the nanosecond: the skew is in the digits
+    time_cell(s.end_us - s.start_us);
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(p.wait_us > 0 ? format_time(p.wait_us).c_str() : "-");
+    ImGui::TableNextColumn();
+    if (s.start_us > first) ImGui::Text("+%s", format_time(s.start_us - first).c_str());
+    else ImGui::TextUnformatted("-");
+  }
+  ImGui::EndTable();
+  if (select.valid()) app.selected = select;
+}
+
+void details_tab(AppState& app) {
+  if (!app.selected.valid()) {
+    ImGui::TextDisabled("Click a slice to see its details; hover one for a quick look.");
+    return;
+  }
+  const Collective* c = app.collective(app.selected);
+  if (!c || c->peers.size() < 2) {
+    slice_details(app, app.selected);
+    return;
+  }
+  // A collective: its details on the left, the same collective on every rank on the right.
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  ImGui::BeginChild("slice", {avail.x * 0.5f, 0});
+  slice_details(app, app.selected);
+  ImGui::EndChild();
+  ImGui::SameLine();
+  ImGui::BeginChild("peers");
+  collective_table(app, *c);
+  ImGui::EndChild();
 }
 
 void steps_tab(AppState& app) {

@@ -212,7 +212,10 @@ void timeline(AppState& app, float height) {
     dl->AddLine({a, clip0.y}, {a, clip_y1}, IM_COL32(90, 160, 255, 200));
     dl->AddLine({b, clip0.y}, {b, clip_y1}, IM_COL32(90, 160, 255, 200));
   }
-  if (const SliceRef& from = app.hovered.valid() ? app.hovered : app.selected; from.valid()) draw_flows(dl, app, from, f);
+  if (const SliceRef& from = app.hovered.valid() ? app.hovered : app.selected; from.valid()) {
+    draw_collective_links(dl, app, from, f);
+    draw_flows(dl, app, from, f);
+  }
   dl->PopClipRect();
 
   const bool tracks_hovered = ImGui::IsWindowHovered() && ImGui::GetMousePos().x >= f.map.x0;

@@ -426,6 +426,16 @@ nlohmann::json Viewer::state() const {
                             {"comm_wait_us", m.comm_wait_us},
                             {"memcpy_us", m.memcpy_us},
                             {"idle_us", m.idle_us}});
+  // The selected slice's collective on every rank (the Details tab's table and the links).
+  json collective = nullptr, peers = json::array();
+  if (const Collective* c = app.collective(app.selected)) {
+    collective = {{"name", c->name}, {"group", c->group}, {"group_ranks", c->group_ranks}, {"seq", c->seq}};
+    for (const CollectivePeer& p : c->peers) {
+      json peer = slice_json(app, p.ref);
+      peer["wait_us"] = p.wait_us;
+      peers.push_back(std::move(peer));
+    }
+  }
   json lanes = json::array();
   for (const AppState::LaneBox& b : app.layout.lanes) {
     const Rank& rank = app.runs[static_cast<size_t>(b.run)].model.ranks[static_cast<size_t>(b.rank)];
@@ -452,6 +462,8 @@ nlohmann::json Viewer::state() const {
           {"path_field", path_},
           {"selected", slice_json(app, app.selected)},
           {"hovered", slice_json(app, app.hovered)},
+          {"collective", collective},
+          {"collective_peers", peers},
           {"range", app.range ? json{app.range->first, app.range->second} : json(nullptr)},
           {"range_rows", range_rows},
           {"panel", tab_name(app.shown_tab)},

@@ -79,8 +79,9 @@ class Viewer {
 
   // The back buffer as an RGB PNG (after render(), before present()).
   bool write_png(const std::string& path) const;
-  // What the window shows, as JSON: the view, the selection and range with the Range panel's
-  // rows, the runs and files loaded, the error text, and where things are on screen.
+  // What the window shows, as JSON: the view, the selection (and, for a collective, its kernel
+  // on every rank: "collective_peers"), the range with the Range panel's rows, the runs and files
+  // loaded, the error text, and where things are on screen.
   nlohmann::json state() const;
 
  private:

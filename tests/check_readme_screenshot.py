@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""check_readme_screenshot.py VIEWER README.md OUT.png
+
+A chapter README shows a viewer screenshot, `![...](viewer.png)`, with the command that made it
+in italics right under it:
+
+    *`xvfb-run -a build/viewer/shardlab-view traces/... --range T0:T1 --size WxH
+    --screenshot chapters/<chapter>/viewer.png` (from the repository root...): what to look at.*
+
+This reruns that command as written, from the repository root (two levels above the README),
+with VIEWER in place of build/viewer/shardlab-view and OUT.png in place of the README's picture,
+and checks the result as check_screenshot.py does: the size --size asks for, not blank, the
+compute-blue and comm-orange lane colours. So the README's command stays valid: a flag renamed,
+a trace moved or a viewer that draws nothing fails here. It also checks that the command writes
+the picture the README shows (chapters/<chapter>/viewer.png, at that size).
+"""
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_screenshot import COMM_ORANGE, COMPUTE_BLUE, read_png  # noqa: E402
+
+
+def fail(message):
+    sys.exit(f"FAIL  {message}")
+
+
+def readme_command(readme):
+    text = open(readme, encoding="utf-8").read()
+    m = re.search(r"!\[[^\]]*\]\(viewer\.png\)\s*\n\s*\*`([^`]*)`", text)
+    if not m:
+        fail(f"{readme}: no ![...](viewer.png) with its command in italics under it")
+    return shlex.split(" ".join(m.group(1).split()))
+
+
+def main():
+    viewer, readme, out = sys.argv[1:4]
+    readme = os.path.abspath(readme)
+    chapter_dir = os.path.dirname(readme)
+    root = os.path.dirname(os.path.dirname(chapter_dir))
+    picture = os.path.relpath(os.path.join(chapter_dir, "viewer.png"), root)
+    args = readme_command(readme)
+    print("README: " + " ".join(args))
+    if args[:3] != ["xvfb-run", "-a", "build/viewer/shardlab-view"]:
+        fail(f"the command should start with `xvfb-run -a build/viewer/shardlab-view`: {args[:3]}")
+    for flag in ("--screenshot", "--size", "--range"):
+        if flag not in args or args.index(flag) + 1 >= len(args):
+            fail(f"the command has no {flag} VALUE")
+    shot = args.index("--screenshot") + 1
+    if args[shot] != picture:
+        fail(f"the command writes {args[shot]}, but the README shows {picture}")
+    width, height = (int(v) for v in args[args.index("--size") + 1].split("x"))
+
+    # The README's picture is what the command makes: at least its size.
+    w, h, _ = read_png(os.path.join(root, picture))
+    if (w, h) != (width, height):
+        fail(f"{picture} is {w}x{h}, the command asks for {width}x{height}: regenerate it")
+
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    if os.path.exists(out):
+        os.remove(out)
+    cmd = args[:2] + [viewer] + args[3:shot] + [os.path.abspath(out)] + args[shot + 1:]
+    print(f"(in {root}) " + " ".join(cmd))
+    result = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=120)
+    print(result.stdout + result.stderr, end="")
+    if result.returncode != 0:
+        fail(f"the README's command exited with {result.returncode}")
+    if not os.path.exists(out):
+        fail(f"no screenshot at {out}")
+
+    # The checks of check_screenshot.py, at the README's size.
+    w, h, rows = read_png(out)
+    if (w, h) != (width, height):
+        fail(f"the screenshot is {w}x{h}, expected {width}x{height}")
+    counts = {}
+    for row in rows:
+        for px in row:
+            counts[px] = counts.get(px, 0) + 1
+    print(f"{len(counts)} distinct colours")
+    if len(counts) < 50:
+        fail(f"the screenshot looks blank: {len(counts)} distinct colours")
+
+    def near(target, tolerance=24):
+        return sum(n for px, n in counts.items() if all(abs(p - t) <= tolerance for p, t in zip(px, target)))
+
+    blue, orange = near(COMPUTE_BLUE), near(COMM_ORANGE)
+    print(f"compute-blue pixels: {blue}, comm-orange pixels: {orange}")
+    if blue < 2000:
+        fail("too few compute-blue pixels: are the compute lanes drawn?")
+    if orange < 500:
+        fail("too few comm-orange pixels: are the communication slices drawn?")
+    same = open(out, "rb").read() == open(os.path.join(root, picture), "rb").read()
+    print(f"(the picture is {'identical to' if same else 'not byte for byte'} {picture}"
+          f"{'' if same else ': another renderer or font, or the viewer changed its looks; regenerate it if so'})")
+    print(f"{os.path.relpath(readme, root)}: the screenshot command works")
+
+
+if __name__ == "__main__":
+    main()
