@@ -115,6 +115,19 @@ std::string cuda_config_problem(const CommonFlags& f) {
   return "";
 }
 
+// --device auto: cuda where every rank of this node can have a GPU of its own (or --comm mpi
+// lets them share), else the sim, saying why when GPUs exist but are too few.
+std::string auto_device(const CommonFlags& f, int rank) {
+  const int gpus = cuda_device_count();
+  if (gpus == 0) return "sim";
+  const int ranks_here = node_placement().local_size;
+  if (ranks_here <= gpus || f.comm == "mpi") return "cuda";
+  if (rank == 0)
+    std::cout << "note: " << ranks_here << " ranks share this node's " << gpus
+              << " GPU(s), so --device auto runs the sim; --device cuda --comm mpi shares the GPUs instead\n";
+  return "sim";
+}
+
 #ifdef SHARDLAB_WITH_CUDA
 // The CUDA device on this rank's GPU (its local rank; shared round-robin under --comm mpi) and
 // the world communicator. Every rank measures time from rank 0's clock, so lanes line up.
@@ -315,7 +328,7 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
     }
     const ComputeMode mode = common.compute == "skip" ? ComputeMode::skip : ComputeMode::real;
     std::string device = common.device;
-    if (device == "auto") device = cuda_device_count() > 0 ? "cuda" : "sim";
+    if (device == "auto") device = auto_device(common, rank);
     if (common.comm == "auto") common.comm = device == "cuda" ? "nccl" : "mpi";
     Profile profile = load_profile(common.profile);
     std::unique_ptr<Device> dev;
