@@ -22,6 +22,9 @@ what got loaded, which error is shown. Each scenario is one ctest entry:
             each rank, and draws the link between the ranks; a send/recv (whose Seq counts per
             pair of ranks) links to nothing. Also reads 01_ring_allreduce, next to RUN_DIR, for
             its waits and send/recvs.
+  search_filter  typing in the search box counts the slices whose names contain the text, as
+            many as the trace files hold; unticking "comm" hides every communication slice (no
+            orange left in the picture), ticking it again brings them back
 
 Coordinates come from the layout the viewer reports for its first frames: the script is written
 in window pixels, as a user's pointer would move.
@@ -35,7 +38,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_screenshot import read_png  # noqa: E402
+from check_screenshot import COMM_ORANGE, read_png  # noqa: E402
 
 WIDTH, HEIGHT = 1280, 720
 # The replay's fixed time step per frame, as ImGui holds it (a float).
@@ -191,6 +194,54 @@ def colour_pixels(png, target, tolerance=24):
 
 
 # --- Scenarios.
+
+def track_pixels(png, state, target, tolerance=24):
+    """Pixels of a colour between the top and the bottom of the tracks (not the toolbar's legend)."""
+    _, _, rows = read_png(png)
+    top, bottom = px(state["layout"]["tracks_top"]), px(state["layout"]["tracks_bottom"])
+    return sum(1 for row in rows[top:bottom] for p in row if all(abs(c - t) <= tolerance for c, t in zip(p, target)))
+
+
+def centre(rect):
+    return px((rect[0] + rect[2]) / 2), px((rect[1] + rect[3]) / 2)
+
+
+def scenario_search_filter(v, run_dir, _other):
+    s0 = v.replay("", [run_dir])
+    png0 = os.path.join(v.out, f"{v.scenario}_{v.runs}.png")
+    check(s0["search_matches"] == 0 and s0["search"] == "", "nothing searched at first")
+    check(all(s0["show_category"].values()), f"every category shown at first: {s0['show_category']}")
+    orange0 = track_pixels(png0, s0, COMM_ORANGE)
+    check(orange0 > 50, f"communication slices are drawn at first ({orange0} orange pixels)")
+
+    # The number of slices named like the needle, counted in the files (complete events).
+    needle = "AllReduce"
+    expected = sum(1 for events in trace_events(run_dir).values() for e in events
+                   if e.get("ph") == "X" and needle.lower() in e["name"].lower())
+    sx, sy = centre(s0["layout"]["search_field"])
+    cx, cy = centre(s0["layout"]["category_boxes"]["comm"])
+    searched = v.replay(f"""
+click {sx} {sy}
+type {needle}
+wait 2
+state {v.state_file('searched')}
+press escape
+click {cx} {cy}
+wait 2
+state {v.state_file('hidden')}
+screenshot {os.path.join(v.out, 'search_filter_hidden.png')}
+click {cx} {cy}
+wait 2
+""", [run_dir])
+    found, hidden_state = v.load("searched"), v.load("hidden")
+    check(found["search"] == needle, f"the search box holds what was typed: {found['search']!r}")
+    check(expected > 0 and found["search_matches"] == expected,
+          f"{found['search_matches']} matches for {needle!r}, the files hold {expected}")
+    check(hidden_state["show_category"]["comm"] is False, "clicking the comm box unticks it")
+    check(all(on for name, on in hidden_state["show_category"].items() if name != "comm"), "the other categories stay")
+    orange = track_pixels(os.path.join(v.out, "search_filter_hidden.png"), hidden_state, COMM_ORANGE)
+    check(orange == 0, f"no communication slice drawn once comm is hidden ({orange} orange pixels)")
+    check(searched["show_category"]["comm"] is True, "clicking again ticks it again")
 
 def scenario_wheel(v, run_dir, _other):
     s0 = v.replay("", [run_dir])

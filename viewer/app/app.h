@@ -98,6 +98,8 @@ struct AppState {
     float track_x0 = 0, track_width = 0;  // the time axis: x of view_t0 and its width in pixels
     float tracks_top = 0, tracks_bottom = 0;
     std::vector<LaneBox> lanes;  // the visible lanes
+    std::pair<ImVec2, ImVec2> search_field;                       // the toolbar's search box
+    std::array<std::pair<ImVec2, ImVec2>, kCategories> category_boxes;  // its category checkboxes
   } layout;
 
   bool searching() const { return search[0] != '\0'; }

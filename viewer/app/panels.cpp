@@ -210,6 +210,7 @@ const char* tab_name(int tab) {
 void toolbar(AppState& app) {
   ImGui::SetNextItemWidth(220);
   if (ImGui::InputTextWithHint("##search", "search names", app.search, sizeof app.search)) app.update_search();
+  app.layout.search_field = {ImGui::GetItemRectMin(), ImGui::GetItemRectMax()};
   if (app.searching()) {
     ImGui::SameLine();
     ImGui::TextDisabled("%zu matches", app.match_count);
@@ -224,6 +225,7 @@ void toolbar(AppState& app) {
     ImGui::Dummy({12, h});
     ImGui::SameLine(0, 2);
     ImGui::Checkbox(category_name(cat), &app.show_category[static_cast<size_t>(c)]);
+    app.layout.category_boxes[static_cast<size_t>(c)] = {ImGui::GetItemRectMin(), ImGui::GetItemRectMax()};
   }
   if (app.runs.size() > 1 && !app.runs[0].model.ranks.empty()) {
     ImGui::SameLine(0, 24);

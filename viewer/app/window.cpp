@@ -452,6 +452,11 @@ nlohmann::json Viewer::state() const {
                      {"y", b.y},
                      {"height", b.height}});
   }
+  json shown = json::object(), boxes = json::object();
+  for (int c = 0; c < kCategories; ++c) {
+    shown[category_name(static_cast<Category>(c))] = app.show_category[static_cast<size_t>(c)];
+    boxes[category_name(static_cast<Category>(c))] = rect(app.layout.category_boxes[static_cast<size_t>(c)]);
+  }
   return {{"frame", frames_},
           {"display", {io.DisplaySize.x, io.DisplaySize.y}},
           {"view", {{"t0", app.view_t0}, {"t1", app.view_t1}}},
@@ -468,11 +473,15 @@ nlohmann::json Viewer::state() const {
           {"range_rows", range_rows},
           {"panel", tab_name(app.shown_tab)},
           {"search", app.search},
+          {"search_matches", app.match_count},
+          {"show_category", shown},
           {"layout",
            {{"track_x0", app.layout.track_x0},
             {"track_width", app.layout.track_width},
             {"tracks_top", app.layout.tracks_top},
             {"tracks_bottom", app.layout.tracks_bottom},
+            {"search_field", rect(app.layout.search_field)},
+            {"category_boxes", boxes},
             {"path_field", rect(path_rect_)},
             {"open_button", rect(open_rect_)},
             {"compare_button", rect(compare_rect_)},
