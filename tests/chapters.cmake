@@ -185,6 +185,7 @@ if(TARGET shardlab-view AND XVFB_RUN)
           "bad_path|a bad path in the path field shows an error and the app keeps running"
           "cancel|a load runs in the background with a progress bar and Cancel stops it"
           "collective|a click on a collective lists it on every rank at the trace files' times and links the ranks"
+          "compare|--compare aligns the runs at a step and its table averages equal the summaries"
           "search_filter|search counts the matching slices and unticking a category hides its slices")
     string(REPLACE "|" ";" _parts "${scenario_and_name}")
     list(GET _parts 0 _scenario)

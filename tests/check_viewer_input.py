@@ -22,6 +22,9 @@ what got loaded, which error is shown. Each scenario is one ctest entry:
             each rank, and draws the link between the ranks; a send/recv (whose Seq counts per
             pair of ranks) links to nothing. Also reads 01_ring_allreduce, next to RUN_DIR, for
             its waits and send/recvs.
+  compare   a run opened with --compare OTHER: the Compare tab shows, the second run is shifted so
+            both runs' step 1 start together on rank 0, and the table's per-step averages equal the
+            averages of the two runs' summary.json (the metrics library, computed by the chapter)
   search_filter  typing in the search box counts the slices whose names contain the text, as
             many as the trace files hold; unticking "comm" hides every communication slice (no
             orange left in the picture), ticking it again brings them back
@@ -204,6 +207,39 @@ def track_pixels(png, state, target, tolerance=24):
 
 def centre(rect):
     return px((rect[0] + rect[2]) / 2), px((rect[1] + rect[3]) / 2)
+
+
+def step_start(run_dir, step, rank=0):
+    for e in trace_events(run_dir)[rank]:
+        if e.get("ph") == "X" and e["name"] == f"ProfilerStep#{step}":
+            return e["ts"]
+    sys.exit(f"{run_dir}: no ProfilerStep#{step} on rank {rank}")
+
+
+def summary_average(run_dir, key):
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        values = [s[key] for r in json.load(f)["ranks"] for s in r["steps"]]
+    return sum(values) / len(values)
+
+
+def scenario_compare(v, run_dir, other_dir):
+    # The run is other_dir (naive DDP), compared against run_dir (bucketed), as in chapter 03.
+    st = v.replay("", [other_dir], ["--compare", run_dir])
+    check(len(st["runs"]) == 2 and st["panel"] == "Compare", f"two runs, the Compare tab shown: {st['panel']}")
+    check(st["align_step"] == 1, "aligned at step 1 by default")
+    a, b = step_start(other_dir, 1), step_start(run_dir, 1)
+    shifted = b + st["runs"][1]["offset_us"]
+    check(close(shifted, a + st["runs"][0]["offset_us"], 1e-6),
+          f"step 1 starts together: {a:.3f} us and {b:.3f} + offset = {shifted:.3f} us")
+    rows = {r["name"]: r for r in st["compare_rows"]}
+    for name, key in [("step time", "step_us"), ("compute", "compute_us"), ("comm", "comm_us"),
+                      ("exposed comm", "exposed_comm_us"), ("idle", "idle_us"),
+                      ("peak allocated", "peak_allocated_bytes")]:
+        want_a, want_b = summary_average(other_dir, key), summary_average(run_dir, key)
+        got = rows[name]
+        check(close(got["run"], want_a, 1e-2) and close(got["compared"], want_b, 1e-2),
+              f"{name}: {got['run']:.3f} vs {got['compared']:.3f}, summaries {want_a:.3f} vs {want_b:.3f}")
+    check(rows["step time"]["compared"] < rows["step time"]["run"], "bucketed steps are shorter than naive ones")
 
 
 def scenario_search_filter(v, run_dir, _other):

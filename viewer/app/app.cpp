@@ -358,4 +358,33 @@ void slice_details(const AppState& app, const SliceRef& ref) {
   }
 }
 
+namespace {
+
+// Every step of every rank of a run, averaged: the figure a strategy comparison quotes.
+std::array<double, 9> averages(const Run& run) {
+  std::array<double, 9> a{};
+  int n = 0;
+  for (const auto& rank_steps : run.steps)
+    for (const StepMetrics& s : rank_steps) {
+      const double row[9] = {s.step_us, s.compute_us, s.comm_us, s.overlap_us, s.exposed_comm_us, s.comm_wait_us,
+                             s.idle_us, static_cast<double>(s.peak_allocated), static_cast<double>(s.peak_reserved)};
+      for (size_t i = 0; i < a.size(); ++i) a[i] += row[i];
+      ++n;
+    }
+  for (double& v : a) v /= n > 0 ? n : 1;
+  return a;
+}
+
+}  // namespace
+
+std::vector<CompareRow> compare_rows(const AppState& app) {
+  if (app.runs.size() < 2) return {};
+  const auto a = averages(app.runs[0]), b = averages(app.runs[1]);
+  static constexpr const char* kNames[9] = {"step time", "compute", "comm", "overlapped", "exposed comm",
+                                            "comm wait", "idle", "peak allocated", "peak reserved"};
+  std::vector<CompareRow> rows;
+  for (size_t i = 0; i < a.size(); ++i) rows.push_back({kNames[i], a[i], b[i], i >= 7});
+  return rows;
+}
+
 }  // namespace shardlab::viewer::app

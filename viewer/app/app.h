@@ -122,6 +122,15 @@ struct AppState {
 ImU32 category_color(Category c);
 constexpr ImU32 kCollectiveColor = IM_COL32(90, 225, 255, 255);  // a collective's links across ranks
 const char* category_name(Category c);
+
+// The Compare tab's rows: each per-step metric averaged over every step of every rank, for the
+// run and the compared run (empty unless two runs are open).
+struct CompareRow {
+  const char* name;
+  double run, compared;
+  bool bytes;  // memory (else microseconds)
+};
+std::vector<CompareRow> compare_rows(const AppState& app);
 std::string format_time(double us);   // "12.5 ms", "850 ns"
 std::string format_bytes(double b);   // "1.25 GiB"
 

@@ -145,48 +145,25 @@ void range_tab(AppState& app) {
   ImGui::EndTable();
 }
 
-// Every step of every rank of a run, averaged: the figure a strategy comparison quotes.
-struct Averages {
-  double v[9] = {};
-};
-
-Averages averages(const Run& run) {
-  Averages a;
-  int n = 0;
-  for (const auto& rank_steps : run.steps)
-    for (const StepMetrics& s : rank_steps) {
-      const double row[9] = {s.step_us, s.compute_us, s.comm_us, s.overlap_us, s.exposed_comm_us, s.comm_wait_us,
-                             s.idle_us, static_cast<double>(s.peak_allocated), static_cast<double>(s.peak_reserved)};
-      for (int i = 0; i < 9; ++i) a.v[i] += row[i];
-      ++n;
-    }
-  for (double& v : a.v) v /= n > 0 ? n : 1;
-  return a;
-}
-
 void compare_tab(const AppState& app) {
   if (app.runs.size() < 2) {
     ImGui::TextDisabled("Start with --compare PATH to put a second run below this one.");
     return;
   }
-  const Averages a = averages(app.runs[0]), b = averages(app.runs[1]);
-  const char* names[9] = {"step time", "compute", "comm", "overlapped", "exposed comm", "comm wait", "idle",
-                          "peak allocated", "peak reserved"};
   if (!ImGui::BeginTable("compare", 5, kTableFlags)) return;
   headers({"per step, averaged over ranks", "run", "compared", "difference", "change"});
-  for (int i = 0; i < 9; ++i) {
-    const bool bytes = i >= 7;
-    auto fmt = [&](double v) { return bytes ? format_bytes(v) : format_time(v); };
+  for (const CompareRow& row : compare_rows(app)) {
+    auto fmt = [&](double v) { return row.bytes ? format_bytes(v) : format_time(v); };
     ImGui::TableNextRow();
     ImGui::TableNextColumn();
-    ImGui::TextUnformatted(names[i]);
-    for (double v : {a.v[i], b.v[i], b.v[i] - a.v[i]}) {
+    ImGui::TextUnformatted(row.name);
+    for (double v : {row.run, row.compared, row.compared - row.run}) {
       ImGui::TableNextColumn();
       ImGui::TextUnformatted(fmt(v).c_str());
     }
     ImGui::TableNextColumn();
-    if (a.v[i] != 0) {
-      const double pct = 100 * (b.v[i] - a.v[i]) / a.v[i];
+    if (row.run != 0) {
+      const double pct = 100 * (row.compared - row.run) / row.run;
       // Less time or memory is better for every row: green when the compared run wins.
       if (std::abs(pct) < 0.05) ImGui::TextUnformatted("same");
       else ImGui::TextColored(pct < 0 ? ImVec4(0.4f, 0.9f, 0.4f, 1) : ImVec4(1, 0.5f, 0.4f, 1), "%+.1f%%", pct);

@@ -452,6 +452,9 @@ nlohmann::json Viewer::state() const {
                      {"y", b.y},
                      {"height", b.height}});
   }
+  json compare = json::array();
+  for (const CompareRow& row : compare_rows(app))
+    compare.push_back({{"name", row.name}, {"run", row.run}, {"compared", row.compared}});
   json shown = json::object(), boxes = json::object();
   for (int c = 0; c < kCategories; ++c) {
     shown[category_name(static_cast<Category>(c))] = app.show_category[static_cast<size_t>(c)];
@@ -474,6 +477,8 @@ nlohmann::json Viewer::state() const {
           {"panel", tab_name(app.shown_tab)},
           {"search", app.search},
           {"search_matches", app.match_count},
+          {"align_step", app.align_step},
+          {"compare_rows", compare},
           {"show_category", shown},
           {"layout",
            {{"track_x0", app.layout.track_x0},
