@@ -58,6 +58,32 @@ def read_png(path):
     return width, height, rows
 
 
+def picture_problem(path, want_width, want_height):
+    """What is wrong with a viewer screenshot (None when nothing): its size, a blank picture, too
+    few pixels of the compute and communication colours."""
+    width, height, rows = read_png(path)
+    if (width, height) != (want_width, want_height):
+        return f"screenshot is {width}x{height}, expected {want_width}x{want_height}"
+    counts = {}
+    for row in rows:
+        for px in row:
+            counts[px] = counts.get(px, 0) + 1
+    print(f"{len(counts)} distinct colours")
+    if len(counts) < 50:
+        return f"the screenshot looks blank: {len(counts)} distinct colours"
+
+    def near(target, tolerance=24):
+        return sum(n for px, n in counts.items() if all(abs(p - t) <= tolerance for p, t in zip(px, target)))
+
+    blue, orange = near(COMPUTE_BLUE), near(COMM_ORANGE)
+    print(f"compute-blue pixels: {blue}, comm-orange pixels: {orange}")
+    if blue < 2000:
+        return "too few compute-blue pixels: are the compute lanes drawn?"
+    if orange < 500:
+        return "too few comm-orange pixels: are the communication slices drawn?"
+    return None
+
+
 def main():
     viewer, run_dir, out = sys.argv[1:4]
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
@@ -73,26 +99,9 @@ def main():
     if not os.path.exists(out):
         sys.exit(f"no screenshot at {out}")
 
-    width, height, rows = read_png(out)
-    if (width, height) != (WIDTH, HEIGHT):
-        sys.exit(f"screenshot is {width}x{height}, expected {WIDTH}x{HEIGHT}")
-    counts = {}
-    for row in rows:
-        for px in row:
-            counts[px] = counts.get(px, 0) + 1
-    print(f"{len(counts)} distinct colours")
-    if len(counts) < 50:
-        sys.exit(f"the screenshot looks blank: {len(counts)} distinct colours")
-
-    def near(target, tolerance=24):
-        return sum(n for px, n in counts.items() if all(abs(p - t) <= tolerance for p, t in zip(px, target)))
-
-    blue, orange = near(COMPUTE_BLUE), near(COMM_ORANGE)
-    print(f"compute-blue pixels: {blue}, comm-orange pixels: {orange}")
-    if blue < 2000:
-        sys.exit("too few compute-blue pixels: are the compute lanes drawn?")
-    if orange < 500:
-        sys.exit("too few comm-orange pixels: are the communication slices drawn?")
+    problem = picture_problem(out, WIDTH, HEIGHT)
+    if problem:
+        sys.exit(problem)
     print("screenshot ok")
 
 
