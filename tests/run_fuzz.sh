@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes the viewer's trace loader: builds tests/fuzz_trace_loader.cpp with clang++ and libFuzzer
-# (-fsanitize=fuzzer,address,undefined) against viewer/trace_model.cpp, then runs it on a seed
-# corpus (small traces cut from traces/, tests/data/, hostile files) for FUZZ_SECONDS (45).
+# (-fsanitize=fuzzer,address,undefined) against viewer/trace_model.cpp and viewer/loader/, then
+# runs it on a seed corpus (small traces cut from traces/, tests/data/, hostile files) for
+# FUZZ_SECONDS (45).
 #
 #   tests/run_fuzz.sh                      as ctest runs it ("viewer: fuzz the trace loader")
 #   FUZZ_SECONDS=600 tests/run_fuzz.sh     a longer hunt
@@ -44,7 +45,9 @@ echo "run_fuzz: building with $cxx"
 "$cxx" -std=c++20 -O1 -g -fno-omit-frame-pointer \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -DSHARDLAB_TRACE_CHUNK_BYTES=256 \
   -I"$src/viewer" -I"$src/common" \
-  "$src/tests/fuzz_trace_loader.cpp" "$src/viewer/trace_model.cpp" "$src/common/metrics.cpp" \
+  "$src/tests/fuzz_trace_loader.cpp" "$src/viewer/trace_model.cpp" "$src/viewer/loader/event_splitter.cpp" \
+  "$src/viewer/loader/chunk_parser.cpp" "$src/viewer/loader/skeleton.cpp" "$src/viewer/loader/trace_builder.cpp" \
+  "$src/common/metrics.cpp" \
   $simdjson_flags -lz -pthread -o "$work/fuzz_trace_loader"
 
 # Seeds: small valid traces (the head of each reference trace, the committed Kineto traces),

@@ -1,0 +1,151 @@
+// skeleton.cpp: the checks of skeleton.h, with simdjson On-Demand and chunk_parser.h's number
+// readers, so that the file's events and the rest take the same view of what is valid JSON.
+#include "skeleton.h"
+
+#include <simdjson.h>
+
+#include <limits>
+#include <string_view>
+
+#include "chunk_parser.h"
+
+namespace shardlab::viewer::loader {
+
+namespace {
+
+[[noreturn]] void not_json(simdjson::error_code err) {
+  throw FileError(std::string("not valid JSON: ") + simdjson::error_message(err));
+}
+
+// Reads a JSON value all through (the parts of a file outside the events are small), as
+// nlohmann would have: big integers are numbers, 1e999 is not. Throws FileError.
+void check_value(od::value v) {
+  od::json_type t{};
+  if (const auto err = v.type().get(t)) not_json(err);
+  simdjson::error_code err = simdjson::SUCCESS;
+  switch (t) {
+    case od::json_type::object: {
+      od::object o;
+      if ((err = v.get_object().get(o))) break;
+      for (auto fr : o) {
+        od::field f;
+        std::string_view k;
+        if ((err = std::move(fr).get(f)) || (err = f.unescaped_key().get(k))) break;
+        check_value(f.value());
+      }
+      break;
+    }
+    case od::json_type::array: {
+      od::array a;
+      if ((err = v.get_array().get(a))) break;
+      for (auto er : a) {
+        od::value e;
+        if ((err = std::move(er).get(e))) break;
+        check_value(e);
+      }
+      break;
+    }
+    case od::json_type::number:
+      if (read_number(v).kind == Num::none) throw FileError("not valid JSON: " + bad_number(v.raw_json_token()));
+      break;
+    case od::json_type::string: {
+      std::string_view s;
+      err = v.get_string().get(s);
+      break;
+    }
+    case od::json_type::boolean:
+    case od::json_type::null: {
+      bool b = false;
+      const bool bad = t == od::json_type::boolean ? v.get_bool().get(b) != simdjson::SUCCESS
+                                                   : (v.is_null().get(b) != simdjson::SUCCESS || !b);
+      if (bad)
+        throw FileError("not valid JSON: invalid literal '" + std::string(token_text(v.raw_json_token())) + "'");
+      break;
+    }
+  }
+  if (err) not_json(err);
+}
+
+}  // namespace
+
+void scalar_top(const std::string& text) {
+  const simdjson::padded_string padded(text);
+  od::parser parser;
+  od::document doc;
+  od::json_type t{};
+  simdjson::error_code err = parser.iterate(padded).get(doc);
+  if (!err) err = doc.type().get(t);
+  if (!err) {
+    switch (t) {
+      case od::json_type::number: {
+        double d = 0;
+        if ((err = doc.get_double().get(d)) == simdjson::NUMBER_ERROR) {
+          std::string_view raw;
+          if (doc.raw_json_token().get(raw)) raw = text;
+          throw FileError("not valid JSON: " + bad_number(raw));
+        }
+        break;
+      }
+      case od::json_type::string: {
+        std::string_view str;
+        err = doc.get_string().get(str);
+        break;
+      }
+      case od::json_type::boolean:
+      case od::json_type::null: {
+        bool b = false;
+        err = t == od::json_type::boolean ? doc.get_bool().get(b) : doc.is_null().get(b);
+        if (err == simdjson::INCORRECT_TYPE || (!err && t == od::json_type::null && !b)) {
+          std::string_view raw;
+          if (doc.raw_json_token().get(raw)) raw = text;
+          throw FileError("not valid JSON: invalid literal '" + std::string(token_text(raw)) + "'");
+        }
+        break;
+      }
+      default: break;  // objects and arrays are told apart by their first byte
+    }
+  }
+  if (err) not_json(err);  // trailing content after a scalar is one (TRAILING_CONTENT)
+  throw FileError("the top level is not an object");
+}
+
+std::optional<int> skeleton_rank(const std::string& skeleton) {
+  const simdjson::padded_string text(skeleton);
+  od::parser parser;
+  od::document doc;
+  od::object top;
+  if (const auto err = parser.iterate(text).get(doc)) not_json(err);
+  if (const auto err = doc.get_object().get(top)) not_json(err);
+  std::optional<int> rank;
+  for (auto fr : top) {
+    od::field f;
+    std::string_view k;
+    if (const auto err = std::move(fr).get(f)) not_json(err);
+    if (const auto err = f.unescaped_key().get(k)) not_json(err);
+    od::value v = f.value();
+    od::json_type t{};
+    if (k != "distributedInfo" || v.type().get(t) || t != od::json_type::object) {
+      check_value(v);
+      continue;
+    }
+    od::object info;
+    if (const auto err = v.get_object().get(info)) not_json(err);
+    for (auto ir : info) {
+      od::field g;
+      if (const auto err = std::move(ir).get(g)) not_json(err);
+      if (const auto err = g.unescaped_key().get(k)) not_json(err);
+      od::value r = g.value();
+      if (k != "rank" || r.type().get(t) || t != od::json_type::number) {
+        check_value(r);
+        continue;
+      }
+      const Num n = read_number(r);
+      if (n.kind == Num::none) throw FileError("not valid JSON: " + bad_number(r.raw_json_token()));
+      const auto i = n.as_int();
+      if (i && *i >= 0 && *i <= std::numeric_limits<int>::max()) rank = static_cast<int>(*i);
+    }
+  }
+  return rank;  // (the scanner has seen that nothing follows the object)
+}
+
+}  // namespace shardlab::viewer::loader
