@@ -283,8 +283,13 @@ void Job::finish() {
     }
     const fs::path abs = fs::absolute(dir);
     std::cout << "\ntraces: " << abs.string() << "/rank{0.." << world_size_ - 1 << "}.json, summary: "
-              << (abs / "summary.json").string() << "\n"
-              << "open them: drag a rank file into https://ui.perfetto.dev (or chrome://tracing)" << std::endl;
+              << (abs / "summary.json").string() << "\n";
+#ifdef SHARDLAB_VIEWER_BIN
+    std::cout << "open them: " SHARDLAB_VIEWER_BIN " " << abs.string() << "\n"
+              << "       or drag a rank file into https://ui.perfetto.dev (or chrome://tracing)" << std::endl;
+#else
+    std::cout << "open them: drag a rank file into https://ui.perfetto.dev (or chrome://tracing)" << std::endl;
+#endif
   }
 }
 
