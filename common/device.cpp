@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 
 namespace shardlab {
 
@@ -59,6 +60,17 @@ void Device::host_free(Tensor& t) {
   if (!t.on_host()) throw std::logic_error("Device::host_free on a device tensor: use free");
   if (t.data) host_memory_.erase(t.data);
   t = Tensor{};
+}
+
+std::string_view memcpy_name(const Tensor& dst, const Tensor& src) {
+  if (dst.numel() != src.numel() || dst.dtype != src.dtype)
+    throw std::invalid_argument("memcpy: destination " + dst.shape.str() + " " + std::string(dtype_name(dst.dtype)) +
+                                " and source " + src.shape.str() + " " + std::string(dtype_name(src.dtype)) +
+                                " differ");
+  if (src.on_host() && dst.on_host()) throw std::invalid_argument("memcpy: both tensors are on the host");
+  return src.on_host()   ? "Memcpy HtoD (Pinned -> Device)"
+         : dst.on_host() ? "Memcpy DtoH (Device -> Pinned)"
+                         : "Memcpy DtoD (Device -> Device)";
 }
 
 void copy_to_device(Device& dev, Stream& s, const Tensor& dst, const void* src) {

@@ -130,6 +130,11 @@ class Device {
   std::unordered_map<const void*, HostBlock> host_memory_;  // host_empty's blocks
 };
 
+// A copy's name in traces, as Kineto writes it ("Memcpy HtoD (Pinned -> Device)", ...), once
+// dst and src are checked to match (same numel and dtype, not both on the host): every device's
+// memcpy starts here.
+std::string_view memcpy_name(const Tensor& dst, const Tensor& src);
+
 // Host data to or from a device tensor through a pinned staging buffer (a memcpy on stream s,
 // then a stream synchronize). Under --compute skip only the time is charged.
 void copy_to_device(Device& dev, Stream& s, const Tensor& dst, const void* src);

@@ -81,18 +81,11 @@ void SimDevice::launch(Stream& stream, const Kernel& k, const HostBody& host, co
 }
 
 void SimDevice::memcpy(Stream& stream, const Tensor& dst, const Tensor& src) {
-  if (dst.numel() != src.numel() || dst.dtype != src.dtype)
-    throw std::invalid_argument("memcpy: destination " + dst.shape.str() + " " + std::string(dtype_name(dst.dtype)) +
-                                " and source " + src.shape.str() + " " + std::string(dtype_name(src.dtype)) +
-                                " differ");
+  const std::string_view name = memcpy_name(dst, src);
   SimStream& s = sim(stream);
   const CopyKind kind = src.on_host() ? CopyKind::host_to_device
                         : dst.on_host() ? CopyKind::device_to_host
                                         : CopyKind::device_to_device;
-  if (src.on_host() && dst.on_host()) throw std::invalid_argument("memcpy: both tensors are on the host");
-  const std::string_view name = kind == CopyKind::host_to_device   ? "Memcpy HtoD (Pinned -> Device)"
-                                : kind == CopyKind::device_to_host ? "Memcpy DtoH (Device -> Pinned)"
-                                                                   : "Memcpy DtoD (Device -> Device)";
   const int64_t call_ns = us_to_ns(profile_.runtime_call_us);
   const int64_t t0 = charge_cpu(call_ns);
   const uint64_t corr = trace_.runtime_call("cudaMemcpyAsync", t0, call_ns, true);

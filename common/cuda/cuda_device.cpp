@@ -216,14 +216,7 @@ void CudaDevice::launch(Stream& stream, const Kernel& k, const HostBody&, const 
 }
 
 void CudaDevice::memcpy(Stream& stream, const Tensor& dst, const Tensor& src) {
-  if (dst.numel() != src.numel() || dst.dtype != src.dtype)
-    throw std::invalid_argument("memcpy: destination " + dst.shape.str() + " " + std::string(dtype_name(dst.dtype)) +
-                                " and source " + src.shape.str() + " " + std::string(dtype_name(src.dtype)) +
-                                " differ");
-  if (src.on_host() && dst.on_host()) throw std::invalid_argument("memcpy: both tensors are on the host");
-  const std::string_view name = src.on_host()   ? "Memcpy HtoD (Pinned -> Device)"
-                                : dst.on_host() ? "Memcpy DtoH (Device -> Pinned)"
-                                                : "Memcpy DtoD (Device -> Device)";
+  const std::string_view name = memcpy_name(dst, src);
   const Bracket b = begin(stream);
   // cudaMemcpyDefault: unified addressing tells the direction from the pointers. Host tensors
   // come from host_empty, which pins them, so the copy is truly asynchronous.
