@@ -97,17 +97,14 @@ NodePlacement node_placement() {
   return p;
 }
 
-// Why --device cuda cannot run with these flags, or "" when it can. The same answer on every
-// rank of a node (collective: every rank calls it).
-std::string cuda_config_problem(const CommonFlags& f) {
-  const int gpus = cuda_device_count();
+// Why --device cuda cannot run with these flags on a node with `gpus` GPUs, or "" when it can.
+std::string cuda_config_problem(const CommonFlags& f, int gpus, const NodePlacement& node) {
   if (gpus == 0) return "--device cuda: not available (" + cuda_unavailable_reason() + "); use --device sim";
   if (f.compute == "skip")
     return "--compute skip: only the sim can skip the math (a GPU always computes); use --compute real";
   if (f.comm == "nccl" && f.debug_collectives)
     return "--debug-collectives: the MPI communicator checks collectives; use it with --comm mpi "
            "(on NCCL, NCCL_DEBUG=WARN reports mismatches)";
-  const NodePlacement node = node_placement();
   if (f.comm == "nccl" && node.local_size > gpus)
     return std::to_string(node.local_size) + " ranks share this node but it has " + std::to_string(gpus) +
            " GPU(s): NCCL refuses two ranks on one GPU (\"Duplicate GPU detected\", NCCL before 2.30); run at most " +
@@ -117,27 +114,24 @@ std::string cuda_config_problem(const CommonFlags& f) {
 
 // --device auto: cuda where every rank of this node can have a GPU of its own (or --comm mpi
 // lets them share), else the sim, saying why when GPUs exist but are too few.
-std::string auto_device(const CommonFlags& f, int rank) {
-  const int gpus = cuda_device_count();
+std::string auto_device(const CommonFlags& f, int gpus, const NodePlacement& node, int rank) {
   if (gpus == 0) return "sim";
-  const int ranks_here = node_placement().local_size;
-  if (ranks_here <= gpus || f.comm == "mpi") return "cuda";
+  if (node.local_size <= gpus || f.comm == "mpi") return "cuda";
   if (rank == 0)
-    std::cout << "note: " << ranks_here << " ranks share this node's " << gpus
+    std::cout << "note: " << node.local_size << " ranks share this node's " << gpus
               << " GPU(s), so --device auto runs the sim; --device cuda --comm mpi shares the GPUs instead\n";
   return "sim";
 }
 
 #ifdef SHARDLAB_WITH_CUDA
-// The CUDA device on this rank's GPU (its local rank; shared round-robin under --comm mpi) and
+// The CUDA device on GPU `gpu` (the local rank, modulo the GPUs: shared under --comm mpi) and
 // the world communicator. Every rank measures time from rank 0's clock, so lanes line up.
 std::pair<std::unique_ptr<Device>, std::unique_ptr<Comm>> cuda_runtime(Profile profile, const CommonFlags& f, int rank,
-                                                                       int size, const ChapterInfo& info) {
+                                                                       int size, int gpu, const ChapterInfo& info) {
   int64_t base = std::chrono::duration_cast<std::chrono::nanoseconds>(
                      std::chrono::system_clock::now().time_since_epoch())
                      .count();
   MPI_Bcast(&base, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
-  const int gpu = node_placement().local_rank % cuda_device_count();
   auto dev = std::make_unique<CudaDevice>(std::move(profile), rank, size, gpu, base);
   if (rank == 0)
     std::cout << "shardlab " << info.id << ": " << info.title << "\n"
@@ -333,15 +327,18 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
     }
     const ComputeMode mode = common.compute == "skip" ? ComputeMode::skip : ComputeMode::real;
     std::string device = common.device;
-    if (device == "auto") device = auto_device(common, rank);
+    // Where this rank sits on its node matters only where there are GPUs (a collective call).
+    const int gpus = cuda_device_count();
+    const NodePlacement node = gpus > 0 ? node_placement() : NodePlacement{};
+    if (device == "auto") device = auto_device(common, gpus, node, rank);
     if (common.comm == "auto") common.comm = device == "cuda" ? "nccl" : "mpi";
     Profile profile = load_profile(common.profile);
     std::unique_ptr<Device> dev;
     std::unique_ptr<Comm> world;
     if (device == "cuda") {
-      if (const std::string problem = cuda_config_problem(common); !problem.empty()) return config_error(problem);
+      if (const std::string problem = cuda_config_problem(common, gpus, node); !problem.empty()) return config_error(problem);
 #ifdef SHARDLAB_WITH_CUDA
-      std::tie(dev, world) = cuda_runtime(std::move(profile), common, rank, size, info);
+      std::tie(dev, world) = cuda_runtime(std::move(profile), common, rank, size, node.local_rank % gpus, info);
 #endif
     } else {
       if (common.comm == "nccl") return config_error("--comm nccl: NCCL needs --device cuda; the sim uses --comm mpi");
