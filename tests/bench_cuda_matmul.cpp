@@ -16,6 +16,7 @@
 #include "cuda/check.h"
 #include "cuda/cuda_probe.h"
 #include "cuda/kernels.h"
+#include "cuda_timing.h"
 
 using namespace shardlab;
 
@@ -38,24 +39,6 @@ class Buffer {
   float* p_ = nullptr;
 };
 
-// Milliseconds per call of fn on `stream`: a few warm-up calls (the first creates the cuBLAS
-// handle and picks kernels), then the mean over `reps` calls between two events.
-double time_ms(const std::function<void(void*)>& fn, cudaStream_t stream, int reps) {
-  for (int i = 0; i < 3; ++i) fn(stream);
-  cudaEvent_t start = nullptr, stop = nullptr;
-  CUDA_CHECK(cudaEventCreate(&start));
-  CUDA_CHECK(cudaEventCreate(&stop));
-  CUDA_CHECK(cudaEventRecord(start, stream));
-  for (int i = 0; i < reps; ++i) fn(stream);
-  CUDA_CHECK(cudaEventRecord(stop, stream));
-  CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  CUDA_CHECK(cudaEventDestroy(start));
-  CUDA_CHECK(cudaEventDestroy(stop));
-  return static_cast<double>(ms) / reps;
-}
-
 double tflops(double flops, double ms) { return flops / (ms * 1e-3) / 1e12; }
 
 }  // namespace
@@ -76,9 +59,9 @@ int main() {
   double peak = 0;
   {
     Buffer a(kSquare * kSquare), b(kSquare * kSquare), c(kSquare * kSquare);
-    const double ms = time_ms(
-        [&](void* s) { cuda::matmul_forward(c.get(), a.get(), b.get(), nullptr, kSquare, kSquare, kSquare, s); },
-        stream, 10);
+    const double ms = device_ms_per_call(stream, 10, [&] {
+      cuda::matmul_forward(c.get(), a.get(), b.get(), nullptr, kSquare, kSquare, kSquare, stream);
+    });
     peak = tflops(2.0 * kSquare * kSquare * kSquare, ms);
     std::printf("peak: SGEMM %lld^3  %.3f ms  %.1f TFLOP/s (fp32, TF32 off)\n\n", static_cast<long long>(kSquare), ms,
                 peak);
@@ -112,7 +95,7 @@ int main() {
       std::function<void(void*)> fn;
     } runs[] = {{"forward", forward}, {"backward dinp", backward_input}, {"backward dweight", backward_weight}};
     for (const auto& r : runs) {
-      const double ms = time_ms(r.fn, stream, 20);
+      const double ms = device_ms_per_call(stream, 20, [&] { r.fn(stream); });
       std::printf("%-20s %-16s %10.3f %10.1f %7.0f%%\n", l.name, r.product, ms, tflops(flops, ms),
                   100.0 * tflops(flops, ms) / peak);
     }

@@ -32,6 +32,7 @@
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_probe.h"
 #include "cuda/kernels.h"
+#include "cuda_timing.h"
 #include "flags.h"
 #include "ops.h"
 
@@ -46,22 +47,9 @@ double host_us_per_call(int calls, const std::function<void()>& call) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / calls;
 }
 
-// Device microseconds per call of `work` on stream s: `reps` calls between two events, after one
-// call to warm up.
+// Device microseconds per call of `work` on stream s.
 double device_us_per_call(cudaStream_t s, int reps, const std::function<void()>& work) {
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  work();
-  CUDA_CHECK(cudaEventRecord(a, s));
-  for (int i = 0; i < reps; ++i) work();
-  CUDA_CHECK(cudaEventRecord(b, s));
-  CUDA_CHECK(cudaEventSynchronize(b));
-  float ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-  CUDA_CHECK(cudaEventDestroy(a));
-  CUDA_CHECK(cudaEventDestroy(b));
-  return static_cast<double>(ms) * 1e3 / reps;
+  return device_ms_per_call(s, reps, work) * 1e3;
 }
 
 template <class T>
