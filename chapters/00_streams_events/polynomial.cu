@@ -21,10 +21,14 @@ namespace {
 constexpr int kThreads = 256;
 
 // One thread per element: thread i of the grid evaluates y[i] = p(x[i]) with x[i] in a register,
-// so a high degree makes the kernel compute bound: one multiply-add per coefficient. The
-// coefficients 1 / (k + 1) are formed as on the CPU (a correctly rounded float division), 256
-// at a time: each thread of the block computes one into shared memory, then every thread runs
-// its Horner steps over those 256. Threads past n help with the table but write nothing.
+// so a high degree makes the kernel compute bound: one multiply and one add per coefficient.
+// The chapter checks the GPU's results against the CPU's bit for bit, so every step rounds as
+// the CPU's does: the coefficients 1 / (k + 1) are a correctly rounded float division, and
+// acc * x + c is a rounded multiply, then a rounded add. Written plainly, nvcc would fuse the
+// two into one FMA (rounded once), and the last bits would differ. __fmul_rn and __fadd_rn
+// are never fused. The coefficients are formed 256 at a time: each thread of the block
+// computes one into shared memory, then every thread runs its Horner steps over those 256.
+// Threads past n help with the table but write nothing.
 __global__ void polynomial_kernel(const float* x, float* y, int64_t n, int64_t degree) {
   __shared__ float coef[kThreads];
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -36,7 +40,7 @@ __global__ void polynomial_kernel(const float* x, float* y, int64_t n, int64_t d
     __syncthreads();  // everyone is done with the previous chunk
     if (threadIdx.x < count) coef[threadIdx.x] = 1.0f / static_cast<float>(top - threadIdx.x + 1);
     __syncthreads();
-    for (int64_t j = 0; j < count; ++j) acc = acc * xi + coef[j];
+    for (int64_t j = 0; j < count; ++j) acc = __fadd_rn(__fmul_rn(acc, xi), coef[j]);
   }
   if (i < n) y[i] = acc;
 }

@@ -39,9 +39,15 @@ cudaEvent_t event_of(const Event& e, const char* what) {
 }
 
 // cudaEventQuery: done, not yet, or a real error (which must not read as "not yet").
+// "Not yet" is returned as an error code, which the runtime can also keep as the thread's last
+// error: left there, the next launch's cudaGetLastError check would report it as a failed
+// launch. So it is cleared at once (PyTorch does the same); a real error throws.
 bool event_complete(cudaEvent_t e) {
   const cudaError_t err = cudaEventQuery(e);
-  if (err == cudaErrorNotReady) return false;
+  if (err == cudaErrorNotReady) {
+    cudaGetLastError();
+    return false;
+  }
   CUDA_CHECK(err);
   return true;
 }
@@ -103,6 +109,7 @@ CudaDevice::CudaDevice(Profile profile, int rank, int world_size, int device_ind
 CudaDevice::~CudaDevice() {
   // Nothing may throw here: the process may be unwinding from a CUDA error already.
   cudaDeviceSynchronize();
+  closing_ = true;         // raw_free stops checking: after a device-side error every cudaFree fails
   set_allocator(nullptr);  // frees its segments through this object's raw_free
   for (const PendingSlice& p : pending_) cudaEventDestroy(p.start), cudaEventDestroy(p.end);
   for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
@@ -322,8 +329,11 @@ void* CudaDevice::raw_alloc(size_t bytes) {
 void CudaDevice::raw_free(void* ptr, size_t) {
   const int64_t t0 = now_ns();
   // cudaFree synchronizes the device: one reason the allocator caches.
-  CUDA_CHECK(cudaFree(ptr));
+  const cudaError_t err = cudaFree(ptr);
   trace_.runtime_call("cudaFree", t0, now_ns() - t0, false);
+  // From the destructor a throw would end the process in std::terminate, hiding the error
+  // being unwound (a trapped kernel leaves the context unusable, so these frees fail too).
+  if (!closing_) CUDA_CHECK(err);
 }
 
 Event CudaDevice::record_event(Stream& stream) {

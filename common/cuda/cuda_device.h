@@ -96,6 +96,7 @@ class CudaDevice final : public Device, private AllocatorBackend {
   std::vector<cudaEvent_t> free_events_;   // timing events ready for reuse
   cudaEvent_t calibration_ = nullptr;      // device time zero of the current calibration...
   int64_t calibration_host_ns_ = 0;        // ...and its host time
+  bool closing_ = false;                   // in the destructor: raw_free must not throw
 };
 
 }  // namespace shardlab
