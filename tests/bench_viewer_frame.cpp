@@ -5,7 +5,7 @@
 //
 // Defaults: 1,000,000 events, 120 frames per view, 1 rank (every event in the 4 lanes on screen:
 // the hardest case; with 8 ranks most lanes are scrolled out of view). Writes the trace that
-// bench_viewer_load writes (its generator, included below), loads it with load_traces, builds the
+// bench_viewer_load writes (tests/synthetic_trace.h), loads it with load_traces, builds the
 // viewer's indices (make_run), then renders frames in a 1600x900 window at full zoom-out and at a
 // 1 ms window in the middle. A frame is the UI (ImGui::NewFrame, layout and draw lists,
 // ImGui::Render) plus the GL rendering, waited for with glFinish; buffer swaps are timed apart
@@ -16,25 +16,21 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "app/window.h"
-
-// The trace generator and the model's footprint: bench_viewer_load's own, so both benchmarks
-// measure the same trace (its main() renamed out of the way, and never called: a renamed main
-// has no implicit return 0).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wreturn-type"
-#define main bench_viewer_load_main
-#include "bench_viewer_load.cpp"
-#undef main
-#pragma GCC diagnostic pop
+#include "synthetic_trace.h"
 
 namespace {
 
+namespace fs = std::filesystem;
+using namespace shardlab::viewer;
 using namespace shardlab::viewer::app;
+using shardlab::viewer::synthetic::footprint;
+using shardlab::viewer::synthetic::write_rank;
 using Clock = std::chrono::steady_clock;
 
 // Resident and peak resident set size from /proc/self/status, in bytes.
