@@ -102,9 +102,6 @@ std::string cuda_config_problem(const CommonFlags& f, int gpus, const NodePlacem
   if (gpus == 0) return "--device cuda: not available (" + cuda_unavailable_reason() + "); use --device sim";
   if (f.compute == "skip")
     return "--compute skip: only the sim can skip the math (a GPU always computes); use --compute real";
-  if (f.comm == "nccl" && f.debug_collectives)
-    return "--debug-collectives: the MPI communicator checks collectives; use it with --comm mpi "
-           "(on NCCL, NCCL_DEBUG=WARN reports mismatches)";
   if (f.comm == "nccl" && node.local_size > gpus)
     return std::to_string(node.local_size) + " ranks share this node but it has " + std::to_string(gpus) +
            " GPU(s): NCCL refuses two ranks on one GPU (\"Duplicate GPU detected\", NCCL before 2.30); run at most " +
@@ -140,7 +137,7 @@ std::pair<std::unique_ptr<Device>, std::unique_ptr<Comm>> cuda_runtime(Profile p
               << std::endl;
   std::unique_ptr<Comm> world;
   if (f.comm == "nccl")
-    world = NcclComm::world(*dev);
+    world = NcclComm::world(*dev, f.debug_collectives);
   else
     world = MpiComm::world(*dev, f.debug_collectives);
   return {std::move(dev), std::move(world)};

@@ -15,53 +15,11 @@
 namespace shardlab {
 namespace {
 
-// Point-to-point tags on a communicator's own MPI_Comm (collective calls never match them).
-constexpr int kHeaderTag = 1;           // debug mode: what a member is about to do
+// Point-to-point tags on a communicator's own MPI_Comm (collective calls never match them; tag 1
+// is debug mode's, MismatchCheck's).
 constexpr int kReadyToReceiverTag = 2;  // sendrecv: a sender's ready time, to its receiver
 constexpr int kReadyToSenderTag = 3;    // sendrecv: a receiver's ready time, to its sender
 constexpr int kDataTag = 4;             // sendrecv: the payload
-
-// What debug mode exchanges before an operation. A sendrecv sends a `send` header to its
-// receiver and a `recv` header (what it expects) to its sender, so both ends can check.
-enum class HeaderOp : int64_t { all_reduce, reduce_scatter, all_gather, broadcast, send, recv };
-
-struct Header {  // all int64, so it travels as 6 x MPI_INT64_T
-  int64_t op = 0;      // HeaderOp
-  int64_t reduce = 0;  // ReduceOp, for reductions
-  int64_t dtype = 0;   // DType
-  int64_t count = 0;   // elements per rank
-  int64_t root = -1;   // broadcast
-  int64_t seq = 0;     // collectives: the communicator's call number; send/recv: the sender's sendrecv number
-};
-constexpr int kHeaderWords = sizeof(Header) / sizeof(int64_t);
-
-bool same(const Header& a, const Header& b) {
-  return a.op == b.op && a.reduce == b.reduce && a.dtype == b.dtype && a.count == b.count && a.root == b.root &&
-         a.seq == b.seq;
-}
-
-HeaderOp header_op(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::all_reduce: return HeaderOp::all_reduce;
-    case CollectiveKind::reduce_scatter: return HeaderOp::reduce_scatter;
-    case CollectiveKind::all_gather: return HeaderOp::all_gather;
-    case CollectiveKind::broadcast: return HeaderOp::broadcast;
-  }
-  throw std::logic_error("header_op: unknown collective");
-}
-
-// "all_reduce(count=100, f32, sum)", "broadcast(count=100, f32, root=0)", "send(count=5, f32)".
-std::string describe(const Header& h) {
-  static constexpr std::string_view kNames[] = {"all_reduce", "reduce_scatter", "all_gather",
-                                                "broadcast",  "send",           "recv"};
-  const auto op = static_cast<HeaderOp>(h.op);
-  std::string s = std::string(kNames[h.op]) + "(count=" + std::to_string(h.count) + ", " +
-                  std::string(dtype_name(static_cast<DType>(h.dtype)));
-  if (op == HeaderOp::all_reduce || op == HeaderOp::reduce_scatter)
-    s += ", " + std::string(reduce_op_name(static_cast<ReduceOp>(h.reduce)));
-  if (op == HeaderOp::broadcast) s += ", root=" + std::to_string(h.root);
-  return s + ")";
-}
 
 // MPI reduces these; 16-bit floats would need a user-defined MPI_Op (they are moved as bits).
 void require_reducible(const Comm& c, std::string_view op, DType t) {
@@ -122,14 +80,6 @@ struct MpiComm::Call {
 
   // The bytes the ring model charges: the buffer, or the gathered / scattered total.
   double bytes() const { return static_cast<double>(std::max(in_nelems, out_nelems)) * static_cast<double>(dtype_size(dtype)); }
-  Header header(int64_t seq) const {
-    return {.op = static_cast<int64_t>(header_op(*kind)),
-            .reduce = static_cast<int64_t>(op),
-            .dtype = static_cast<int64_t>(dtype),
-            .count = std::min(in_nelems, out_nelems),  // per rank: NCCL's `count`
-            .root = root,
-            .seq = seq};
-  }
 };
 
 std::unique_ptr<MpiComm> MpiComm::world(Device& dev, bool debug) {
@@ -158,7 +108,7 @@ MpiComm::MpiComm(Device& dev, SimDevice* sim, MPI_Comm comm, std::string name, s
       comm_(comm),
       name_(std::move(name)),
       world_ranks_(std::move(world_ranks)),
-      debug_(debug),
+      check_(debug ? std::make_unique<MismatchCheck>(comm, name_, world_ranks_) : nullptr),
       link_(link_for(dev.profile(), world_ranks_)),
       message_limit_(INT_MAX) {
   MPI_Comm_rank(comm_, &rank_);
@@ -171,7 +121,7 @@ MpiComm::~MpiComm() {
   // received by mistake, so a broken communicator is deliberately kept until MPI_Finalize.
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && broken_.empty()) MPI_Comm_free(&comm_);
+  if (!finalized && !(check_ && check_->broken())) MPI_Comm_free(&comm_);
 }
 
 std::unique_ptr<Comm> MpiComm::split(int color, int key) {
@@ -183,7 +133,7 @@ std::unique_ptr<Comm> MpiComm::split(int color, int key) {
   std::vector<int> ranks(static_cast<size_t>(n));
   MPI_Allgather(&world_ranks_[rank_], 1, MPI_INT, ranks.data(), 1, MPI_INT, child);
   auto c = std::unique_ptr<MpiComm>(
-      new MpiComm(dev_, sim_, child, name_ + ".split(" + std::to_string(color) + ")", std::move(ranks), debug_));
+      new MpiComm(dev_, sim_, child, name_ + ".split(" + std::to_string(color) + ")", std::move(ranks), check_ != nullptr));
   c->message_limit_ = message_limit_;
   return c;
 }
@@ -281,15 +231,13 @@ void MpiComm::barrier() {
 // --- The one path.
 
 void MpiComm::run(const Call& call, Stream& s) {
-  if (!broken_.empty())
-    throw CollectiveMismatch("communicator " + name_ + " is unusable after a collective mismatch (" + broken_ + ")");
   if (sim_ == nullptr) return run_staged(call, s);
   // The CPU launches (a grouped send/recv launches at ncclGroupEnd); the stream could begin at
   // `ready`: after its queue, its waits, and this communicator's previous operation, whatever
   // stream that ran on (NCCL runs one communicator's operations in order).
   const auto issue = sim_->comm_issue(s, call.kind ? nccl_api_name(*call.kind) : "ncclGroupEnd", last_end_ns_);
   const int64_t seq = call.kind ? ++seq_ : ++p2p_seq_;
-  check(call, seq);
+  check(call);
   const auto [start, end] = call.kind ? agree_collective(call, issue.ready_ns) : agree_p2p(call, issue.ready_ns);
   // Under --compute skip the tensors have no memory: time passes, nothing moves.
   if (dev_.computes()) call.move(call.a, call.b);
@@ -297,13 +245,13 @@ void MpiComm::run(const Call& call, Stream& s) {
   last_end_ns_ = end;
 }
 
-void MpiComm::check(const Call& call, int64_t seq) {
+void MpiComm::check(const Call& call) {
   // Debug mode: compare before anything can block, so a mismatch throws instead of hanging.
-  if (!debug_) return;
+  if (!check_) return;
   if (call.kind)
-    check_collective(call, seq);
+    check_->collective(*call.kind, call.op, call.dtype, std::min(call.in_nelems, call.out_nelems), call.root);
   else
-    check_p2p(call, seq);
+    check_->sendrecv(call.dtype, call.to, call.in_nelems, call.from, call.out_nelems);
 }
 
 // On a real GPU the data goes through host memory. The buffers are ready only once the work
@@ -313,7 +261,7 @@ void MpiComm::check(const Call& call, int64_t seq) {
 // overlaps): it lets several ranks share one GPU for correctness runs; NCCL is the fast path.
 void MpiComm::run_staged(const Call& call, Stream& s) {
   const int64_t seq = call.kind ? ++seq_ : ++p2p_seq_;
-  check(call, seq);
+  check(call);
   struct HostCopy {
     std::vector<std::byte> bytes;
     Tensor t;
@@ -342,77 +290,6 @@ void MpiComm::run_staged(const Call& call, Stream& s) {
     const HostCopy& h = same(access.tensor, call.a) ? a : b;
     copy_to_device(dev_, s, access.tensor, h.bytes.data());
   }
-}
-
-void MpiComm::check_collective(const Call& call, int64_t seq) {
-  // Everyone sends its header to everyone and receives all of them before comparing, so every
-  // member sees every difference and all of them throw (none is left waiting for data).
-  const Header mine = call.header(seq);
-  std::vector<Header> all(static_cast<size_t>(size()));
-  all[rank_] = mine;
-  std::vector<MPI_Request> requests;
-  for (int r = 0; r < size(); ++r) {
-    if (r == rank_) continue;
-    MPI_Request recv_request, send_request;
-    MPI_Irecv(&all[r], kHeaderWords, MPI_INT64_T, r, kHeaderTag, comm_, &recv_request);
-    MPI_Isend(&mine, kHeaderWords, MPI_INT64_T, r, kHeaderTag, comm_, &send_request);
-    requests.insert(requests.end(), {recv_request, send_request});
-  }
-  MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
-
-  std::string differences;
-  for (int r = 0; r < size(); ++r) {
-    if (same(all[r], mine)) continue;
-    differences += ", " + who(r) + " issued " + describe(all[r]);
-    if (all[r].seq != seq) differences += " as its call #" + std::to_string(all[r].seq);
-  }
-  if (!differences.empty())
-    mismatch("collective mismatch on communicator " + name_ + ", call #" + std::to_string(seq) + ": " + who(rank_) +
-             " issued " + describe(mine) + differences);
-}
-
-void MpiComm::check_p2p(const Call& call, int64_t seq) {
-  // Tell the receiver what we send and the sender what we expect, so both ends of a
-  // mismatched transfer throw. Ranks further along a ring cannot know: they may still wait.
-  const Header sending{.op = static_cast<int64_t>(HeaderOp::send), .dtype = static_cast<int64_t>(call.dtype),
-                       .count = call.in_nelems, .seq = seq};
-  const Header expecting{.op = static_cast<int64_t>(HeaderOp::recv), .dtype = static_cast<int64_t>(call.dtype),
-                         .count = call.out_nelems, .seq = seq};
-  std::vector<MPI_Request> sends;
-  for (const auto& [peer, header] : {std::pair{call.to, &sending}, std::pair{call.from, &expecting}}) {
-    if (peer < 0) continue;
-    sends.emplace_back();
-    MPI_Isend(header, kHeaderWords, MPI_INT64_T, peer, kHeaderTag, comm_, &sends.back());
-  }
-
-  // From `from`, what it sends; from `to`, what it expects. A peer that issued a collective
-  // sends one header, so stop at the first difference rather than wait for a second.
-  std::string difference;
-  for (const auto& [peer, expected, direction] :
-       {std::tuple{call.from, HeaderOp::send, "from"}, std::tuple{call.to, HeaderOp::recv, "to"}}) {
-    if (peer < 0) continue;
-    Header theirs;
-    MPI_Recv(&theirs, kHeaderWords, MPI_INT64_T, peer, kHeaderTag, comm_, MPI_STATUS_IGNORE);
-    const Header& mine = expected == HeaderOp::send ? expecting : sending;
-    if (theirs.op == static_cast<int64_t>(expected) && theirs.dtype == mine.dtype && theirs.count == mine.count)
-      continue;
-    // The peer's side: "send(count=5, f32) to rank 1", or a collective with its call number.
-    std::string theirs_text = describe(theirs);
-    if (theirs.op == static_cast<int64_t>(HeaderOp::send))
-      theirs_text += " to " + who(rank_);
-    else if (theirs.op == static_cast<int64_t>(HeaderOp::recv))
-      theirs_text += " from " + who(rank_);
-    else
-      theirs_text += " as its call #" + std::to_string(theirs.seq);
-    difference = who(rank_) + " issued " + describe(mine) + " " + direction + " " + who(peer) + ", " + who(peer) +
-                 " issued " + theirs_text;
-    break;
-  }
-  // Headers are a few bytes, sent eagerly: these complete even when the peer never receives.
-  MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
-  if (!difference.empty())
-    mismatch("collective mismatch on communicator " + name_ + ", sendrecv #" + std::to_string(seq) + ": " +
-             difference);
 }
 
 std::pair<int64_t, int64_t> MpiComm::agree_collective(const Call& call, int64_t ready_ns) {
@@ -544,17 +421,6 @@ void MpiComm::move_sendrecv(const Tensor& send, int to, const Tensor& recv, int 
       MPI_Irecv(at(recv, offset), count, mpi_type(recv.dtype), from, kDataTag, comm_, &requests.back());
     });
   MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
-}
-
-void MpiComm::mismatch(const std::string& message) {
-  broken_ = message;
-  throw CollectiveMismatch(message);
-}
-
-std::string MpiComm::who(int comm_rank) const {
-  std::string s = "rank " + std::to_string(comm_rank);
-  if (world_ranks_[comm_rank] != comm_rank) s += " (world rank " + std::to_string(world_ranks_[comm_rank]) + ")";
-  return s;
 }
 
 }  // namespace shardlab

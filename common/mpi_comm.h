@@ -12,10 +12,9 @@
 // the stream, run MPI, copy the results back; slow, but several ranks can share one GPU, which
 // NCCL refuses, so correctness runs need only one GPU.
 //
-// Debug mode: members exchange a header (operation, call number, count, dtype, root) point to
-// point before each operation; a collective's members all hear from each other, a sendrecv's
-// only from its two peers (ranks further along a mismatched ring may still wait). After a
-// mismatch the communicator refuses every further operation, as an errored NCCL communicator does.
+// Debug mode: before each operation the members compare headers (operation, call number, count,
+// dtype, root) point to point, on this communicator's MPI_Comm (MismatchCheck, shared with
+// NcclComm). After a mismatch the communicator refuses every further operation.
 //
 // Counts: MPI counts are `int`. Messages longer than INT_MAX elements are split into several
 // MPI calls (all-gather uses a resized datatype per chunk), so counts up to 2^31 elements and
@@ -33,6 +32,7 @@
 
 #include "comm.h"
 #include "cost_model.h"
+#include "mismatch_check.h"
 
 namespace shardlab {
 
@@ -76,9 +76,7 @@ class MpiComm final : public Comm {
   // The one path every operation takes.
   void run(const Call& call, Stream& s);
   void run_staged(const Call& call, Stream& s);  // a real GPU: through host memory
-  void check(const Call& call, int64_t seq);     // debug mode
-  void check_collective(const Call& call, int64_t seq);
-  void check_p2p(const Call& call, int64_t seq);
+  void check(const Call& call);                  // debug mode
   // [start, end) of the operation on this rank, from this rank's ready time.
   std::pair<int64_t, int64_t> agree_collective(const Call& call, int64_t ready_ns);
   std::pair<int64_t, int64_t> agree_p2p(const Call& call, int64_t ready_ns);
@@ -92,9 +90,6 @@ class MpiComm final : public Comm {
   void move_broadcast(const Tensor& buf, int root) const;
   void move_sendrecv(const Tensor& send, int to, const Tensor& recv, int from) const;
 
-  std::string who(int comm_rank) const;  // "rank 2", or "rank 1 (world rank 3)" in a sub-group
-  [[noreturn]] void mismatch(const std::string& message);
-
   Device& dev_;
   SimDevice* sim_;  // nullptr on a real GPU
   MPI_Comm comm_;
@@ -102,13 +97,12 @@ class MpiComm final : public Comm {
   std::vector<int> world_ranks_;
   std::string group_ranks_;  // world_ranks_ as a JSON list, for traces
   int rank_ = 0;
-  bool debug_;
+  std::unique_ptr<MismatchCheck> check_;  // debug mode only
   LinkTier link_;
   int64_t message_limit_;
   int64_t last_end_ns_ = 0;  // the previous operation's end (identical on all members after a collective)
   int64_t seq_ = 0;          // collectives issued on this communicator (the same on every member)
   int64_t p2p_seq_ = 0;      // sendrecvs this rank issued: they involve only some members, so they count apart
-  std::string broken_;       // the mismatch that made this communicator unusable (debug mode), if any
 };
 
 }  // namespace shardlab

@@ -92,6 +92,11 @@ set_tests_properties("ch03: on gpt2-small, h100-8, 8 ranks, bucketing halves exp
 add_test(NAME "ch00: --race reports the missing wait, naming both ops, streams and buffer"
          COMMAND ${EXPECT_EXIT} 0 "race on 'in\\[0\\]'.*polynomial on stream 7 \\(compute\\) reads it, but Memcpy HtoD \\(Pinned -> Device\\) on stream 8 \\(copy\\) wrote it"
                  -- ${MPIRUN} -np 1 $<TARGET_FILE:shardlab_ch00> --race --steps 2 --trace-dir ${RUNS} --run-name ch00_race)
+# Debug mode on NCCL: the header exchange runs over NCCL's MPI twin before every NCCL call (a
+# mismatch needs two GPUs; the mismatch messages themselves are tested on MpiComm).
+add_test(NAME "ch03: --debug-collectives on the GPU with NCCL runs at world 1"
+         COMMAND ${GPU_OR_SKIP} ${MPIRUN} -np 1 $<TARGET_FILE:shardlab_ch03> --device cuda --comm nccl --debug-collectives --steps 2 --trace-dir ${RUNS} --run-name ch03_debug_nccl)
+set_tests_properties("ch03: --debug-collectives on the GPU with NCCL runs at world 1" PROPERTIES SKIP_RETURN_CODE 77)
 # On a GPU the race is real: case (c) may compute on inputs still in flight. The run must go on
 # to the end and count the wrong results instead of stopping at the first.
 add_test(NAME "ch00: --race on the GPU runs to the end and counts case (c)'s wrong results"

@@ -42,7 +42,7 @@ cudaStream_t stream_of(Stream& s) { return CudaDevice::handle(s); }
 
 }  // namespace
 
-std::unique_ptr<NcclComm> NcclComm::world(CudaDevice& dev) {
+std::unique_ptr<NcclComm> NcclComm::world(CudaDevice& dev, bool debug) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -57,12 +57,14 @@ std::unique_ptr<NcclComm> NcclComm::world(CudaDevice& dev) {
   MPI_Comm_dup(MPI_COMM_WORLD, &mpi);
   std::vector<int> ranks(static_cast<size_t>(size));
   std::iota(ranks.begin(), ranks.end(), 0);
-  return std::unique_ptr<NcclComm>(new NcclComm(dev, comm, mpi, "world", std::move(ranks)));
+  return std::unique_ptr<NcclComm>(new NcclComm(dev, comm, mpi, "world", std::move(ranks), debug));
 }
 
-NcclComm::NcclComm(CudaDevice& dev, ncclComm_t comm, MPI_Comm mpi, std::string name, std::vector<int> world_ranks)
+NcclComm::NcclComm(CudaDevice& dev, ncclComm_t comm, MPI_Comm mpi, std::string name, std::vector<int> world_ranks,
+                   bool debug)
     : dev_(dev), comm_(comm), mpi_(mpi), name_(std::move(name)), world_ranks_(std::move(world_ranks)) {
   MPI_Comm_rank(mpi_, &rank_);
+  if (debug) check_ = std::make_unique<MismatchCheck>(mpi_, name_, world_ranks_);
   group_ranks_ = group_ranks_text(world_ranks_);
   CUDA_CHECK(cudaEventCreateWithFlags(&last_op_, cudaEventDisableTiming));
 }
@@ -71,9 +73,11 @@ NcclComm::~NcclComm() {
   // Not in an unwinding error path: ncclCommDestroy waits for the communicator's queued work.
   ncclCommDestroy(comm_);
   cudaEventDestroy(last_op_);
+  // After a mismatch, headers nobody received may still be in flight on the MPI twin: it is
+  // kept until MPI_Finalize so MPI cannot hand its context to a new communicator (as MpiComm).
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Comm_free(&mpi_);
+  if (!finalized && !(check_ && check_->broken())) MPI_Comm_free(&mpi_);
 }
 
 std::unique_ptr<Comm> NcclComm::split(int color, int key) {
@@ -89,7 +93,8 @@ std::unique_ptr<Comm> NcclComm::split(int color, int key) {
   std::vector<int> ranks(static_cast<size_t>(n));
   MPI_Allgather(&world_ranks_[rank_], 1, MPI_INT, ranks.data(), 1, MPI_INT, child_mpi);
   return std::unique_ptr<NcclComm>(
-      new NcclComm(dev_, child, child_mpi, name_ + ".split(" + std::to_string(color) + ")", std::move(ranks)));
+      new NcclComm(dev_, child, child_mpi, name_ + ".split(" + std::to_string(color) + ")", std::move(ranks),
+                   check_ != nullptr));
 }
 
 CudaDevice::Bracket NcclComm::begin(Stream& s) {
@@ -134,6 +139,7 @@ std::string predicted_kernel(const Device& dev, const std::vector<int>& ranks, C
 
 void NcclComm::all_reduce(const Tensor& buf, ReduceOp op, Stream& s) {
   const double bytes = static_cast<double>(buf.bytes());
+  if (check_) check_->collective(CollectiveKind::all_reduce, op, buf.dtype, buf.numel(), -1);
   const auto b = begin(s);
   // In place: send and receive buffers are the same pointer.
   NCCL_CHECK(ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.numel()), nccl_type(buf.dtype), nccl_op(op),
@@ -145,6 +151,7 @@ void NcclComm::all_reduce(const Tensor& buf, ReduceOp op, Stream& s) {
 
 void NcclComm::reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op, Stream& s) {
   check_reduce_scatter(*this, send, recv);
+  if (check_) check_->collective(CollectiveKind::reduce_scatter, op, send.dtype, recv.numel(), -1);
   const auto b = begin(s);
   // recvcount is per rank; rank r gets block r of the sum (in place when recv is that block).
   NCCL_CHECK(ncclReduceScatter(send.data, recv.data, static_cast<size_t>(recv.numel()), nccl_type(send.dtype),
@@ -158,6 +165,7 @@ void NcclComm::reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp o
 
 void NcclComm::all_gather(const Tensor& send, const Tensor& recv, Stream& s) {
   check_all_gather(*this, send, recv);
+  if (check_) check_->collective(CollectiveKind::all_gather, ReduceOp::sum, send.dtype, send.numel(), -1);
   const auto b = begin(s);
   // sendcount is per rank; block r of recv comes from rank r (in place when send is this rank's block).
   NCCL_CHECK(ncclAllGather(send.data, recv.data, static_cast<size_t>(send.numel()), nccl_type(send.dtype), comm_,
@@ -171,6 +179,7 @@ void NcclComm::all_gather(const Tensor& send, const Tensor& recv, Stream& s) {
 
 void NcclComm::broadcast(const Tensor& buf, int root, Stream& s) {
   check_broadcast(*this, root);
+  if (check_) check_->collective(CollectiveKind::broadcast, ReduceOp::sum, buf.dtype, buf.numel(), root);
   const auto b = begin(s);
   NCCL_CHECK(ncclBroadcast(buf.data, buf.data, static_cast<size_t>(buf.numel()), nccl_type(buf.dtype), root, comm_,
                            stream_of(s)));
@@ -183,6 +192,9 @@ void NcclComm::broadcast(const Tensor& buf, int root, Stream& s) {
 
 void NcclComm::sendrecv(const Tensor& send, int to, const Tensor& recv, int from, Stream& s) {
   check_sendrecv(*this, send, to, recv, from);
+  if (check_)
+    check_->sendrecv(to >= 0 ? send.dtype : recv.dtype, to, to >= 0 ? send.numel() : 0, from,
+                     from >= 0 ? recv.numel() : 0);
   const auto b = begin(s);
   // Grouped: NCCL launches the send and the receive as one operation at ncclGroupEnd.
   NCCL_CHECK(ncclGroupStart());

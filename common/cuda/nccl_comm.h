@@ -16,8 +16,9 @@
 // end_collective), so it appears in the trace as an nccl... kernel with Kineto's collective
 // args; its kernel name uses the protocol the cost model predicts (NCCL picks its own).
 //
-// Not here: debug mode's header exchange (--debug-collectives), which the MPI communicator
-// implements; NCCL_DEBUG=WARN is NCCL's own aid for mismatches.
+// Debug mode (--debug-collectives): before each NCCL call the members compare what they are
+// about to issue over the MPI twin (MismatchCheck, as MpiComm does), so a mismatch throws,
+// naming the ranks, where NCCL would hang. NCCL_DEBUG=WARN is NCCL's own aid.
 #pragma once
 
 #include <mpi.h>
@@ -29,13 +30,15 @@
 
 #include "comm.h"
 #include "cuda/cuda_device.h"
+#include "mismatch_check.h"
 
 namespace shardlab {
 
 class NcclComm final : public Comm {
  public:
-  // Every rank of the job, named "world". Collective over MPI_COMM_WORLD.
-  static std::unique_ptr<NcclComm> world(CudaDevice& dev);
+  // Every rank of the job, named "world". Collective over MPI_COMM_WORLD. `debug`: check every
+  // operation against the other members first. Children of split inherit it.
+  static std::unique_ptr<NcclComm> world(CudaDevice& dev, bool debug);
   ~NcclComm() override;
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
@@ -56,7 +59,8 @@ class NcclComm final : public Comm {
   void barrier() override;
 
  private:
-  NcclComm(CudaDevice& dev, ncclComm_t comm, MPI_Comm mpi, std::string name, std::vector<int> world_ranks);
+  NcclComm(CudaDevice& dev, ncclComm_t comm, MPI_Comm mpi, std::string name, std::vector<int> world_ranks,
+           bool debug);
 
   // Around every operation: order after this communicator's previous one, time it, trace it.
   CudaDevice::Bracket begin(Stream& s);
@@ -65,11 +69,12 @@ class NcclComm final : public Comm {
 
   CudaDevice& dev_;
   ncclComm_t comm_;
-  MPI_Comm mpi_;  // the same members over MPI: for split's bookkeeping and barrier
+  MPI_Comm mpi_;  // the same members over MPI: for split's bookkeeping, barrier and debug mode
   std::string name_;
   std::vector<int> world_ranks_;
   std::string group_ranks_;
   int rank_ = 0;
+  std::unique_ptr<MismatchCheck> check_;  // debug mode only
   cudaEvent_t last_op_ = nullptr;  // end of the previous operation, on whatever stream it ran
   int64_t seq_ = 0;
 };
