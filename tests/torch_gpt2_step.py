@@ -14,11 +14,16 @@ over timed steps after warm-up, to set beside shardlab's measured step at world 
 A benchmark for a machine with a GPU and PyTorch; not a test.
 """
 import argparse
+import gzip
+import os
+import shutil
+import tempfile
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
 
 class Block(nn.Module):
@@ -60,6 +65,8 @@ def main():
     p.add_argument("--seq-len", type=int, default=1024)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--trace", metavar="FILE.json.gz",
+                   help="then profile one more step (PyTorch profiler, CPU + CUDA) and write its Kineto trace here")
     a = p.parse_args()
     if not torch.cuda.is_available():
         print("skipped: no CUDA device visible to PyTorch")
@@ -73,10 +80,13 @@ def main():
     targets = torch.randint(0, 50257, (a.batch, a.seq_len), device=dev)
 
     def step():
-        opt.zero_grad(set_to_none=False)
-        loss = model(idx, targets)
-        loss.backward()
-        opt.step()
+        with record_function("forward"):
+            opt.zero_grad(set_to_none=False)
+            loss = model(idx, targets)
+        with record_function("backward"):
+            loss.backward()
+        with record_function("optimizer"):
+            opt.step()
         return loss.item()  # like shardlab's step: ends in a device synchronize
 
     for _ in range(a.warmup):
@@ -90,6 +100,24 @@ def main():
     print(f"PyTorch {torch.__version__} eager fp32 on {torch.cuda.get_device_name()}: GPT-2 small "
           f"({params:,} parameters), batch {a.batch} x {a.seq_len}: {ms:.2f} ms per step, "
           f"{a.batch * a.seq_len / ms * 1e3:,.0f} tokens/s (mean of {a.steps} after {a.warmup} warm-up)")
+    if a.trace:
+        write_trace(step, a.trace)
+
+
+def write_trace(step, path):
+    """One step under the PyTorch profiler (after one profiled warm-up), as a gzipped Kineto trace:
+    a current PyTorch's spellings of GPU kernels, runtime calls and flows, for the viewer's tests."""
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = os.path.join(tmp, "trace.json")
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                     schedule=schedule(wait=0, warmup=1, active=1, repeat=1),
+                     on_trace_ready=lambda p: p.export_chrome_trace(raw)) as prof:
+            for _ in range(2):
+                step()
+                prof.step()
+        with open(raw, "rb") as f, gzip.GzipFile(path, "wb", compresslevel=9, mtime=0) as g:
+            shutil.copyfileobj(f, g)
+    print(f"trace of one step: {path} ({os.path.getsize(path) / 1e6:.1f} MB)")
 
 
 if __name__ == "__main__":

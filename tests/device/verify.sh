@@ -14,9 +14,11 @@
 #   bench     cuBLAS at gpt2-small shapes against the measured peak; every op of a gpt2-small
 #             step against the sim's prediction for h100-8; a profile measured from this GPU
 #   steps     chapters 02-04 at world 1 on gpt2-small: measured step time beside the sim's
-#   torch     the same gpt2-small step in PyTorch eager fp32 (tests/torch_gpt2_step.py)
+#   torch     the same gpt2-small step in PyTorch eager fp32 (tests/torch_gpt2_step.py), and a
+#             Kineto trace of one such step (a current PyTorch's GPU trace, for the viewer)
 # What comes back under $OUT: verify.log (everything printed), measured-profile.json (bench),
-# results.tar.gz (each stage's log, the chapters' summaries and the gpt2-small GPU traces).
+# results.tar.gz (each stage's log, the chapters' summaries and the gpt2-small GPU traces,
+# PyTorch's included).
 set -u
 all_stages="kernels chapters sanitize bench steps torch"
 stages=("$@")
@@ -172,7 +174,7 @@ EOF
 }
 
 torch() {
-  python3 tests/torch_gpt2_step.py --batch 8 --seq-len 1024
+  python3 tests/torch_gpt2_step.py --batch 8 --seq-len 1024 --trace "$work/runs/torch_gpt2_step.pt.trace.json.gz"
 }
 export -f kernels chapters sanitize bench steps torch
 export out work
