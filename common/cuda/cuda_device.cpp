@@ -3,6 +3,7 @@
 //   build: cmake --preset default && cmake --build --preset default   (compiled whenever nvcc is found)
 #include "cuda_device.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
@@ -73,6 +74,7 @@ struct CudaDevice::PendingSlice {
   double flops = 0, bytes = 0;
   CollectiveArgs collective;
   cudaEvent_t start = nullptr, end = nullptr;
+  int64_t host_start_ns = 0;  // when the host began issuing it: the work cannot have started earlier
 };
 
 CudaDevice::CudaDevice(Profile profile, int rank, int world_size, int device_index, int64_t base_time_ns)
@@ -173,6 +175,7 @@ CudaDevice::Bracket CudaDevice::begin(Stream& s) {
 
 void CudaDevice::finish_bracket(Stream& s, const Bracket& b, PendingSlice slice) {
   slice.start = b.start;
+  slice.host_start_ns = b.host_start_ns;
   slice.end = timing_event();
   CUDA_CHECK(cudaEventRecord(slice.end, cuda_stream(s).handle));
   slice.stream = s.id();
@@ -187,7 +190,10 @@ void CudaDevice::flush_completed(bool all_done) {
       pending_[kept++] = std::move(p);
       continue;
     }
-    const int64_t start = device_time_ns(p.start), end = device_time_ns(p.end);
+    // The calibration's error (a few microseconds) could place work before the host issued it,
+    // and a kernel before its launch; it cannot have begun there, so it starts no earlier.
+    const int64_t start = std::max(device_time_ns(p.start), p.host_start_ns);
+    const int64_t end = std::max(device_time_ns(p.end), start);
     switch (p.kind) {
       case PendingSlice::Kind::kernel:
         trace_.kernel(p.stream, p.name, start, end - start, p.correlation, p.flops, p.bytes);
