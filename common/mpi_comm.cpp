@@ -132,8 +132,8 @@ std::unique_ptr<Comm> MpiComm::split(int color, int key) {
   MPI_Comm_size(child, &n);
   std::vector<int> ranks(static_cast<size_t>(n));
   MPI_Allgather(&world_ranks_[rank_], 1, MPI_INT, ranks.data(), 1, MPI_INT, child);
-  auto c = std::unique_ptr<MpiComm>(
-      new MpiComm(dev_, sim_, child, name_ + ".split(" + std::to_string(color) + ")", std::move(ranks), check_ != nullptr));
+  auto c = std::unique_ptr<MpiComm>(new MpiComm(dev_, sim_, child, name_ + ".split(" + std::to_string(color) + ")",
+                                                std::move(ranks), check_ != nullptr));
   c->message_limit_ = message_limit_;
   return c;
 }
