@@ -110,9 +110,10 @@ std::string cuda_config_problem(const CommonFlags& f, int gpus, const NodePlacem
 }
 
 // --device auto: cuda where every rank of this node can have a GPU of its own (or --comm mpi
-// lets them share), else the sim, saying why when GPUs exist but are too few.
+// lets them share), else the sim, saying why when GPUs exist but are too few. --compute skip
+// always means the sim: only it can skip the math.
 std::string auto_device(const CommonFlags& f, int gpus, const NodePlacement& node, int rank) {
-  if (gpus == 0) return "sim";
+  if (gpus == 0 || f.compute == "skip") return "sim";
   if (node.local_size <= gpus || f.comm == "mpi") return "cuda";
   if (rank == 0)
     std::cout << "note: " << node.local_size << " ranks share this node's " << gpus
@@ -294,7 +295,7 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
   common.steps = info.default_steps;
   Flags flags(info.id);
   flags.add_choice("device", &common.device, {"auto", "sim", "cuda"},
-                   "where to run: sim (simulated GPU, virtual time) or cuda; auto picks cuda when a GPU is visible");
+                   "where to run: sim (simulated GPU, virtual time) or cuda; auto picks cuda when a GPU is visible (the sim under --compute skip)");
   flags.add_choice("comm", &common.comm, {"auto", "mpi", "nccl"},
                    "communicator: nccl (GPUs) or mpi (the sim; on cuda, host-staged so ranks can share a GPU); "
                    "auto picks nccl on cuda, mpi on the sim");
@@ -335,7 +336,15 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
     if (device == "cuda") {
       if (const std::string problem = cuda_config_problem(common, gpus, node); !problem.empty()) return config_error(problem);
 #ifdef SHARDLAB_WITH_CUDA
-      std::tie(dev, world) = cuda_runtime(std::move(profile), common, rank, size, node.local_rank % gpus, info);
+      // Not a configuration error, the same on every rank: a GPU that one rank cannot use (busy,
+      // exclusive-process mode, an NCCL failure) fails that rank alone while the others wait in
+      // a collective of this setup. So it is reported and ends the job as a failing lesson does.
+      try {
+        std::tie(dev, world) = cuda_runtime(std::move(profile), common, rank, size, node.local_rank % gpus, info);
+      } catch (const std::exception& e) {
+        std::cerr << "rank " << rank << ": error: " << e.what() << std::endl;
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
 #endif
     } else {
       if (common.comm == "nccl") return config_error("--comm nccl: NCCL needs --device cuda; the sim uses --comm mpi");

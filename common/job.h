@@ -9,10 +9,11 @@
 //
 // run_chapter: initializes MPI; parses the shared flags (below) and the chapter's own; builds
 // the device (--device sim|cuda; default cuda where a GPU is visible and the CUDA device is
-// built, else sim) and the world communicator (--comm mpi|nccl; default nccl on cuda, mpi on
-// the sim; mpi on cuda stages through host memory so several ranks can share one GPU); on cuda
-// each rank takes the GPU of its local rank on the node; runs the lesson; writes
-// <trace-dir>/<run-name>/rank<R>.json and summary.json; prints where they are.
+// built, unless --compute skip, else sim) and the world communicator (--comm mpi|nccl;
+// default nccl on cuda, mpi on the sim; mpi on cuda stages through host memory so several
+// ranks can share one GPU); on cuda each rank takes the GPU of its local rank on the node;
+// runs the lesson; writes <trace-dir>/<run-name>/rank<R>.json and summary.json; prints where
+// they are.
 // Errors: a bad flag exits 2 on every rank with the message once; an exception in any rank
 // prints "rank R: error: ..." and aborts the whole job (MPI_Abort), so no rank is left hanging.
 //

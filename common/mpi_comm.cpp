@@ -11,6 +11,9 @@
 #include <tuple>
 
 #include "sim_device.h"
+#ifdef SHARDLAB_WITH_CUDA
+#include "cuda/cuda_device.h"
+#endif
 
 namespace shardlab {
 namespace {
@@ -259,9 +262,16 @@ void MpiComm::check(const Call& call) {
 // stream synchronize), runs the MPI operation, and copies the results back on s, where the work
 // queued after the collective will find them. Correct and slow (the CPU waits, nothing
 // overlaps): it lets several ranks share one GPU for correctness runs; NCCL is the fast path.
+// On the CUDA device the whole operation, copies included, is bracketed on stream s as one
+// collective slice, as an NCCL call would be: the metrics, and the chapters that count their
+// collectives in the trace, see it on either communicator.
 void MpiComm::run_staged(const Call& call, Stream& s) {
   const int64_t seq = call.kind ? ++seq_ : ++p2p_seq_;
   check(call);
+#ifdef SHARDLAB_WITH_CUDA
+  auto* cuda = dynamic_cast<CudaDevice*>(&dev_);
+  const CudaDevice::Bracket bracket = cuda ? cuda->begin(s) : CudaDevice::Bracket{};
+#endif
   struct HostCopy {
     std::vector<std::byte> bytes;
     Tensor t;
@@ -290,6 +300,9 @@ void MpiComm::run_staged(const Call& call, Stream& s) {
     const HostCopy& h = same(access.tensor, call.a) ? a : b;
     copy_to_device(dev_, s, access.tensor, h.bytes.data());
   }
+#ifdef SHARDLAB_WITH_CUDA
+  if (cuda) cuda->end_collective(s, bracket, api, trace_args(call, seq));
+#endif
 }
 
 std::pair<int64_t, int64_t> MpiComm::agree_collective(const Call& call, int64_t ready_ns) {
