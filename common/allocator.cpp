@@ -154,19 +154,23 @@ Allocation CachingAllocator::allocate(size_t bytes, Stream& stream, std::string_
   Block* block = find_free_block(stream_id, small_pool, size);
   if (block == nullptr) {
     const size_t segment_bytes = segment_size(size);
-    if (segment_bytes > capacity_ - reserved_) {
-      // Out of room: wait for the device so that every pending block is reusable, then give
-      // the cached segments back. A block that came back may already fit; only if none does
-      // are empty segments released to make room for a new one.
+    std::string refusal;
+    if (segment_bytes <= capacity_ - reserved_) block = allocate_segment(segment_bytes, stream_id, small_pool, &refusal);
+    if (block == nullptr) {
+      // Out of room, by this allocator's count or by the device's: wait for the device so that
+      // every pending block is reusable, then give the cached segments back. A block that came
+      // back may already fit; only if none does are empty segments released to make room for a
+      // new one.
       backend_.synchronize_device();
       process_pending_blocks();
       block = find_free_block(stream_id, small_pool, size);
       if (block == nullptr) {
         release_empty_segments();
-        if (segment_bytes > capacity_ - reserved_) throw_out_of_memory(size, stream, label);
+        if (segment_bytes <= capacity_ - reserved_)
+          block = allocate_segment(segment_bytes, stream_id, small_pool, &refusal);
+        if (block == nullptr) throw_out_of_memory(size, stream, label, refusal);
       }
     }
-    if (block == nullptr) block = allocate_segment(segment_bytes, stream_id, small_pool);
   }
 
   split_block(block, size);
@@ -265,9 +269,15 @@ CachingAllocator::Block* CachingAllocator::find_free_block(int stream_id, bool s
 }
 
 // A new segment from the device, returned as its single block (not in the free index).
-CachingAllocator::Block* CachingAllocator::allocate_segment(size_t segment_bytes, int stream_id,
-                                                            bool small_pool) {
-  void* memory = backend_.raw_alloc(segment_bytes);
+CachingAllocator::Block* CachingAllocator::allocate_segment(size_t segment_bytes, int stream_id, bool small_pool,
+                                                            std::string* refusal) {
+  void* memory = nullptr;
+  try {
+    memory = backend_.raw_alloc(segment_bytes);
+  } catch (const OutOfMemory& e) {
+    *refusal = e.what();
+    return nullptr;
+  }
   const uint64_t id = impl_->next_segment_id++;
   auto segment = std::make_unique<Segment>(id, memory, segment_bytes, stream_id, small_pool);
   Block* block = segment->first;
@@ -356,12 +366,13 @@ void CachingAllocator::release_empty_segments() {
 
 void CachingAllocator::note_change() { backend_.memory_changed(allocated_, reserved_); }
 
-void CachingAllocator::throw_out_of_memory(size_t size, const Stream& stream,
-                                           std::string_view label) const {
+void CachingAllocator::throw_out_of_memory(size_t size, const Stream& stream, std::string_view label,
+                                           const std::string& refusal) const {
   throw OutOfMemory("out of memory: tried to allocate " + format_bytes(size) + " (\"" +
                     std::string(label) + "\") on stream " + std::to_string(stream.id()) +
                     "; allocated " + format_bytes(allocated_) + ", reserved " +
-                    format_bytes(reserved_) + ", capacity " + format_bytes(capacity_));
+                    format_bytes(reserved_) + ", capacity " + format_bytes(capacity_) +
+                    (refusal.empty() ? "" : "; the device refused: " + refusal));
 }
 
 }  // namespace shardlab

@@ -19,10 +19,12 @@
 // - Counters: allocated (bytes of live blocks, rounded sizes) and reserved (bytes of segments
 //   obtained from the device), with their peaks; every change is reported to the backend, which
 //   writes it into the trace as a counter.
-// - Out of memory: when a new segment would take reserved past the capacity, the allocator
-//   synchronizes the device, releases every cached segment that holds no live block, and retries
-//   once; if that fails it throws OutOfMemory naming the requested, allocated, reserved and
-//   capacity bytes.
+// - Out of memory: when a new segment would take reserved past the capacity, or the device
+//   refuses it (a real GPU has less free memory than the capacity read at start when another
+//   process or NCCL holds some: its raw_alloc throws OutOfMemory), the allocator synchronizes the
+//   device, releases every cached segment that holds no live block, and retries once; if that
+//   fails it throws OutOfMemory naming the requested, allocated, reserved and capacity bytes
+//   (and the device's refusal).
 #pragma once
 
 #include <cstddef>
@@ -108,14 +110,15 @@ class CachingAllocator {
   struct Impl;  // the segments, the free-block index, pending blocks, allocation records
 
   Block* find_free_block(int stream_id, bool small_pool, size_t size);
-  Block* allocate_segment(size_t segment_bytes, int stream_id, bool small_pool);
+  // A new segment, or nullptr when the device refuses it (its reason in *refusal).
+  Block* allocate_segment(size_t segment_bytes, int stream_id, bool small_pool, std::string* refusal);
   void split_block(Block* block, size_t size);
   void return_to_pool(Block* block);
   void process_pending_blocks();
   void release_empty_segments();
   void note_change();
-  [[noreturn]] void throw_out_of_memory(size_t size, const Stream& stream,
-                                        std::string_view label) const;
+  [[noreturn]] void throw_out_of_memory(size_t size, const Stream& stream, std::string_view label,
+                                        const std::string& refusal) const;
 
   std::unique_ptr<Impl> impl_;
   AllocatorBackend& backend_;

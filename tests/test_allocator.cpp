@@ -2,6 +2,7 @@
 // every call and whose events complete when the test says so (or at a device synchronize).
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <utility>
@@ -29,10 +30,14 @@ class FakeBackend : public AllocatorBackend {
 
   void* raw_alloc(size_t bytes) override {
     raw_allocs.push_back(bytes);
+    // A real GPU can refuse below the allocator's capacity: other processes hold memory too.
+    if (held + bytes > device_bytes) throw OutOfMemory("the fake device has " + std::to_string(device_bytes - held) + " bytes free");
+    held += bytes;
     return real_memory_ ? std::malloc(bytes) : nullptr;
   }
   void raw_free(void* ptr, size_t bytes) override {
     raw_frees.push_back(bytes);
+    held -= bytes;
     std::free(ptr);
   }
   Event record_event(Stream& stream) override {
@@ -57,6 +62,7 @@ class FakeBackend : public AllocatorBackend {
   }
 
   std::vector<size_t> raw_allocs, raw_frees;
+  size_t device_bytes = SIZE_MAX, held = 0;  // what the device has, and what this allocator holds of it
   std::vector<std::shared_ptr<FakeEvent>> events;
   std::vector<int> recorded_on;
   int synchronizations = 0;
@@ -436,6 +442,31 @@ TEST_CASE("allocator: out of memory releases cached segments and retries", "[all
   CHECK(alloc.reserved() == 30 * MiB);
   CHECK(alloc.segments() == 1);
   CHECK(big.size == 30 * MiB);
+}
+
+TEST_CASE("allocator: a device that refuses below the capacity gets the cached segments back, then an error",
+          "[allocator]") {
+  FakeBackend backend;
+  backend.device_bytes = 64 * MiB;  // another process took the rest of what the capacity counts on
+  CachingAllocator alloc(backend, 96 * MiB);
+  Stream compute(unused_device(), 7, "compute");
+  Stream comm(unused_device(), 8, "comm");
+
+  const Allocation other = alloc.allocate(40 * MiB, comm, "other stream");
+  alloc.free(other.id);
+  // Within the capacity (40 + 30 <= 96) but not on the device (40 + 30 > 64): it refuses, the
+  // cached segment goes back, and the retry fits.
+  const Allocation big = alloc.allocate(30 * MiB, compute, "big");
+  CHECK(backend.synchronizations == 1);
+  CHECK(backend.raw_allocs == std::vector<size_t>{40 * MiB, 30 * MiB, 30 * MiB});
+  CHECK(backend.raw_frees == std::vector<size_t>{40 * MiB});
+  CHECK(big.size == 30 * MiB);
+  CHECK(alloc.reserved() == 30 * MiB);
+  // Nothing cached is left to give back: the refusal becomes the error, with the device's reason.
+  CHECK_THROWS_WITH(alloc.allocate(40 * MiB, compute, "too big"),
+                    Catch::Contains("out of memory: tried to allocate") && Catch::Contains("\"too big\"") &&
+                        Catch::Contains("the device refused: the fake device has"));
+  CHECK(alloc.reserved() == 30 * MiB);
 }
 
 TEST_CASE("allocator: out of memory reuses a pending block that fits after the synchronize",
