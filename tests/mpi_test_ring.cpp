@@ -4,6 +4,10 @@
 
 #include <mpi.h>
 
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "01_ring_allreduce/ring_allreduce.h"
 #include "metrics.h"
 #include "mpi_comm.h"
@@ -36,17 +40,51 @@ void check_sum(Comm& comm, AllReduce algorithm, int64_t count) {
   dev.free(buf);
 }
 
-// Virtual time of run() on stream s, every member of comm starting together.
-template <class Run>
-double elapsed_us(Device& dev, Comm& comm, Stream& s, Run&& run) {
-  dev.synchronize();
-  comm.barrier();
-  const Event a = dev.record(s);
-  run();
-  const Event b = dev.record(s);
-  dev.synchronize(b);
-  return dev.elapsed_us(a, b);
-}
+// The timing tests' setup: every rank of the job on a sim of `profile` under --compute skip,
+// with a 256 MiB buffer and its scratch.
+struct TimedRing {
+  static constexpr int64_t count = (int64_t{256} << 20) / 4;
+  Profile profile;
+  SimDevice dev;
+  std::unique_ptr<MpiComm> world;
+  Stream& s;
+  Tensor buf, scratch;
+
+  explicit TimedRing(const std::string& profile_name)
+      : profile(load_profile(profile_name)),
+        dev(profile, ComputeMode::skip, world_rank(), world_size()),
+        world(MpiComm::world(dev, false)),
+        s(dev.compute_stream()),
+        buf(dev.empty({count}, DType::f32, s, "buf")),
+        scratch(dev.empty({count}, DType::f32, s, "scratch")) {}
+  ~TimedRing() {
+    dev.free(scratch);
+    dev.free(buf);
+  }
+
+  // Virtual time of run() on s, every member of comm starting together.
+  template <class Run>
+  double time_us(Comm& comm, Run&& run) {
+    dev.synchronize();
+    comm.barrier();
+    const Event a = dev.record(s);
+    run();
+    const Event b = dev.record(s);
+    dev.synchronize(b);
+    return dev.elapsed_us(a, b);
+  }
+  double ring_us() {
+    return time_us(*world, [&] { ch01::ring_allreduce(*world, buf, scratch, s); });
+  }
+  double library_us() {
+    return time_us(*world, [&] { world->all_reduce(buf, ReduceOp::sum, s); });
+  }
+  // nccl-tests' bus bandwidth of an all-reduce of the buffer over the whole job.
+  double busbw_GBps(double us) const {
+    const double n = world_size();
+    return static_cast<double>(count) * 4 / us / 1e3 * 2 * (n - 1) / n;
+  }
+};
 
 std::vector<int64_t> counts_for(int n) { return {0, 1, n - 1, n + 1, 1000, (int64_t{1} << 20) + 3}; }
 
@@ -92,21 +130,14 @@ TEST_CASE("ring: both work on sub-communicators from split", "[ring]") {
 // Timing on the simulated h100-8 (NVLink, 370 GB/s bus bandwidth) at 8 ranks, 256 MiB.
 TEST_CASE("ring: 8 ranks, 256 MiB: 2(N-1) steps of count/N, bandwidth near the link's, naive linear in N", "[ring8]") {
   REQUIRE(world_size() == 8);
-  const Profile profile = load_profile("h100-8");
-  SimDevice dev(profile, ComputeMode::skip, world_rank(), 8);
-  auto world = MpiComm::world(dev, false);
-  Stream& s = dev.compute_stream();
-  const int64_t count = (int64_t{256} << 20) / 4;
-  Tensor buf = dev.empty({count}, DType::f32, s, "buf");
-  Tensor scratch = dev.empty({count}, DType::f32, s, "scratch");
-
-  auto time_us = [&](Comm& comm, auto&& run) { return elapsed_us(dev, comm, s, run); };
-  const size_t before = dev.trace().timeline().collectives.size();
-  const double ring = time_us(*world, [&] { ch01::ring_allreduce(*world, buf, scratch, s); });
-  const double library = time_us(*world, [&] { world->all_reduce(buf, ReduceOp::sum, s); });
+  TimedRing t("h100-8");
+  const int64_t count = TimedRing::count;
+  const size_t before = t.dev.trace().timeline().collectives.size();
+  const double ring = t.ring_us();
+  const double library = t.library_us();
 
   // The trace: 2(N-1) send/recv steps, each moving count/N elements.
-  const auto& colls = dev.trace().timeline().collectives;
+  const auto& colls = t.dev.trace().timeline().collectives;
   int steps = 0;
   for (size_t i = before; i < colls.size(); ++i)
     if (colls[i].name == "sendrecv") {
@@ -117,34 +148,31 @@ TEST_CASE("ring: 8 ranks, 256 MiB: 2(N-1) steps of count/N, bandwidth near the l
   CHECK(steps == 2 * 7);
 
   const double bytes = static_cast<double>(count) * 4;
-  const double factor = 2.0 * 7 / 8;
-  const double ring_busbw = bytes / ring / 1e3 * factor, library_busbw = bytes / library / 1e3 * factor;
+  const double ring_busbw = t.busbw_GBps(ring), library_busbw = t.busbw_GBps(library);
   // The library (NCCL's model: one launch, reduction fused into the copy) is within 5% of the link.
-  CHECK(library_busbw == Approx(profile.intra.busbw_GBps).epsilon(0.05));
+  CHECK(library_busbw == Approx(t.profile.intra.busbw_GBps).epsilon(0.05));
   // The hand ring pays, on top of the same transfers, a launch latency per step and an unfused
   // add per reduce-scatter step: exactly that much slower, which puts it at about 3/4 of the link.
-  const double transfer_us = 14 * static_cast<double>(p2p_ns(profile.intra, bytes / 8)) / 1e3;
-  const double add_us = 7 * static_cast<double>(kernel_ns(profile, bytes / 32, 12 * bytes / 32, DType::f32,
+  const double transfer_us = 14 * static_cast<double>(p2p_ns(t.profile.intra, bytes / 8)) / 1e3;
+  const double add_us = 7 * static_cast<double>(kernel_ns(t.profile, bytes / 32, 12 * bytes / 32, DType::f32,
                                                           KernelClass::elementwise)) / 1e3;
   CHECK(ring == Approx(transfer_us + add_us).epsilon(0.01));
-  CHECK(ring_busbw > 0.75 * profile.intra.busbw_GBps);
+  CHECK(ring_busbw > 0.75 * t.profile.intra.busbw_GBps);
   CHECK(ring_busbw < library_busbw);
 
   // The naive all-reduce funnels through rank 0: its time grows with N - 1.
   std::vector<double> naive;
   for (int n : {2, 4, 8}) {
-    auto group = world->split(world->rank() < n ? 0 : -1, world->rank());
-    double t = 0;
-    if (group) t = time_us(*group, [&] { ch01::naive_allreduce(*group, buf, scratch, s); });
-    world->barrier();
-    naive.push_back(t);
+    auto group = t.world->split(t.world->rank() < n ? 0 : -1, t.world->rank());
+    double us = 0;
+    if (group) us = t.time_us(*group, [&] { ch01::naive_allreduce(*group, t.buf, t.scratch, t.s); });
+    t.world->barrier();
+    naive.push_back(us);
   }
-  if (world->rank() == 0) {
+  if (t.world->rank() == 0) {
     CHECK(naive[1] / naive[0] == Approx(3.0).epsilon(0.05));  // (4-1) / (2-1)
     CHECK(naive[2] / naive[0] == Approx(7.0).epsilon(0.05));  // (8-1) / (2-1)
   }
-  dev.free(scratch);
-  dev.free(buf);
 }
 
 // On a slow link (pcie-4: PCIe without peer-to-peer, 12 GB/s bus bandwidth, 4 GPUs) the latency
@@ -152,20 +180,9 @@ TEST_CASE("ring: 8 ranks, 256 MiB: 2(N-1) steps of count/N, bandwidth near the l
 // the library, and the library within 5% of the link.
 TEST_CASE("ring: 4 ranks on pcie-4, 256 MiB: the hand ring within 5% of the library and the link", "[ring4]") {
   REQUIRE(world_size() == 4);
-  const Profile profile = load_profile("pcie-4");
-  SimDevice dev(profile, ComputeMode::skip, world_rank(), 4);
-  auto world = MpiComm::world(dev, false);
-  Stream& s = dev.compute_stream();
-  const int64_t count = (int64_t{256} << 20) / 4;
-  Tensor buf = dev.empty({count}, DType::f32, s, "buf");
-  Tensor scratch = dev.empty({count}, DType::f32, s, "scratch");
-  const double ring = elapsed_us(dev, *world, s, [&] { ch01::ring_allreduce(*world, buf, scratch, s); });
-  const double library = elapsed_us(dev, *world, s, [&] { world->all_reduce(buf, ReduceOp::sum, s); });
-  const double bytes = static_cast<double>(count) * 4, factor = 2.0 * 3 / 4;
-  const double ring_busbw = bytes / ring / 1e3 * factor, library_busbw = bytes / library / 1e3 * factor;
-  INFO("ring " << ring_busbw << " GB/s, library " << library_busbw << " GB/s, link " << profile.intra.busbw_GBps);
-  CHECK(library_busbw == Approx(profile.intra.busbw_GBps).epsilon(0.05));
+  TimedRing t("pcie-4");
+  const double ring_busbw = t.busbw_GBps(t.ring_us()), library_busbw = t.busbw_GBps(t.library_us());
+  INFO("ring " << ring_busbw << " GB/s, library " << library_busbw << " GB/s, link " << t.profile.intra.busbw_GBps);
+  CHECK(library_busbw == Approx(t.profile.intra.busbw_GBps).epsilon(0.05));
   CHECK(ring_busbw == Approx(library_busbw).epsilon(0.05));
-  dev.free(scratch);
-  dev.free(buf);
 }
