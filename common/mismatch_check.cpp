@@ -1,6 +1,7 @@
 // mismatch_check.cpp: debug mode's header exchange (see mismatch_check.h).
 #include "mismatch_check.h"
 
+#include <stdexcept>
 #include <string_view>
 #include <tuple>
 #include <utility>

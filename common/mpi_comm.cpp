@@ -8,7 +8,7 @@
 #include <optional>
 #include <span>
 #include <stdexcept>
-#include <tuple>
+#include <utility>
 
 #include "sim_device.h"
 #ifdef SHARDLAB_WITH_CUDA
