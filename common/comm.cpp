@@ -58,6 +58,10 @@ void check_sendrecv(const Comm& c, const Tensor& send, int to, const Tensor& rec
                                             " is neither -1 nor a rank of a group of " + std::to_string(c.size()));
   if (to < 0 && from < 0) throw invalid_call(c, "sendrecv", "to and from are both -1: nothing to send or receive");
   if (to >= 0 && from >= 0) check_same_dtype(c, "sendrecv", send, recv);
+  // Neither NCCL nor MPI orders a rank's own send before its receive: what arrives could
+  // overwrite what has not been sent yet.
+  if (to >= 0 && from >= 0 && overlaps(send, recv))
+    throw invalid_call(c, "sendrecv", "send and recv overlap; the receive could overwrite data not yet sent (use two buffers)");
 }
 
 std::string_view nccl_api_name(CollectiveKind kind) {

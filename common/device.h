@@ -111,6 +111,20 @@ class Device {
   // Race reports so far (sim only; empty on CUDA, which has compute-sanitizer for that).
   virtual const std::vector<std::string>& race_reports() const;
 
+  // For communicators on a real device: a collective's device work, which no launch of ours
+  // queues (an NCCL call, or an MPI operation staged through host memory). begin_collective
+  // marks where stream s reaches the work and when the CPU began the call; end_collective, after
+  // the call, closes the mark and puts one collective slice on the stream's lane, named as NCCL's
+  // kernel, with the CPU's call (`api`) linked to it. Metrics, and the chapters that count their
+  // collectives, so see them on either communicator. The sim times collectives itself
+  // (SimDevice::comm_issue and comm_complete, on virtual clocks agreed across ranks) and refuses.
+  struct CollectiveMark {
+    int64_t host_start_ns = 0;
+    void* device_event = nullptr;  // the device's own marker on the stream (CUDA: a cudaEvent_t)
+  };
+  virtual CollectiveMark begin_collective(Stream& s) = 0;
+  virtual void end_collective(Stream& s, const CollectiveMark& m, std::string_view api, const CollectiveArgs& c) = 0;
+
  protected:
   Device(Profile profile, ComputeMode compute, int rank, int world_size, int device_index);
   void add_stream(std::unique_ptr<Stream> s) { streams_.push_back(std::move(s)); }

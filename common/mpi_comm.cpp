@@ -11,9 +11,6 @@
 #include <utility>
 
 #include "sim_device.h"
-#ifdef SHARDLAB_WITH_CUDA
-#include "cuda/cuda_device.h"
-#endif
 
 namespace shardlab {
 namespace {
@@ -259,19 +256,16 @@ void MpiComm::check(const Call& call) {
 
 // On a real GPU the data goes through host memory. The buffers are ready only once the work
 // queued before them on stream s has run, so the CPU copies them down on s (each copy ends in a
-// stream synchronize), runs the MPI operation, and copies the results back on s, where the work
-// queued after the collective will find them. Correct and slow (the CPU waits, nothing
+// stream synchronize), runs the MPI operation, and copies the result back on s, where the work
+// queued after the collective will find it. Correct and slow (the CPU waits, nothing
 // overlaps): it lets several ranks share one GPU for correctness runs; NCCL is the fast path.
-// On the CUDA device the whole operation, copies included, is bracketed on stream s as one
-// collective slice, as an NCCL call would be: the metrics, and the chapters that count their
-// collectives in the trace, see it on either communicator.
+// The whole operation, copies included, is bracketed on stream s as one collective slice, as an
+// NCCL call would be: the metrics, and the chapters that count their collectives in the trace,
+// see it on either communicator.
 void MpiComm::run_staged(const Call& call, Stream& s) {
   const int64_t seq = call.kind ? ++seq_ : ++p2p_seq_;
   check(call);
-#ifdef SHARDLAB_WITH_CUDA
-  auto* cuda = dynamic_cast<CudaDevice*>(&dev_);
-  const CudaDevice::Bracket bracket = cuda ? cuda->begin(s) : CudaDevice::Bracket{};
-#endif
+  const Device::CollectiveMark mark = dev_.begin_collective(s);
   struct HostCopy {
     std::vector<std::byte> bytes;
     Tensor t;
@@ -293,16 +287,13 @@ void MpiComm::run_staged(const Call& call, Stream& s) {
   const std::string api(call.kind ? nccl_api_name(*call.kind) : "ncclGroupEnd");
   dev_.trace().cpu_op("MPI for " + api + " (host-staged)", t0, dev_.now_ns() - t0,
                       TraceArgs().add("bytes", call.bytes()).add("Seq", seq));
-  // Copy back what the operation wrote (an access that writes is a or b, as the caller gave them).
-  auto same = [](const Tensor& x, const Tensor& y) { return x.data == y.data && x.numel() == y.numel(); };
-  for (const Access& access : call.accesses) {
-    if (!access.write || access.tensor.bytes() == 0) continue;
-    const HostCopy& h = same(access.tensor, call.a) ? a : b;
-    copy_to_device(dev_, s, access.tensor, h.bytes.data());
-  }
-#ifdef SHARDLAB_WITH_CUDA
-  if (cuda) cuda->end_collective(s, bracket, api, trace_args(call, seq));
-#endif
+  // Copy back what the operation wrote: the receive tensor b, or the buffer a of an in-place
+  // all-reduce or broadcast (which have no b). Even where a and b alias (in place at world 1),
+  // b's host copy holds the result.
+  const HostCopy& result = call.b.defined() ? b : a;
+  for (const Access& access : call.accesses)
+    if (access.write && access.tensor.bytes() > 0) copy_to_device(dev_, s, access.tensor, result.bytes.data());
+  dev_.end_collective(s, mark, api, trace_args(call, seq));
 }
 
 std::pair<int64_t, int64_t> MpiComm::agree_collective(const Call& call, int64_t ready_ns) {

@@ -169,6 +169,20 @@ void SimDevice::host_work(std::string_view name, int64_t ns) {
   trace_.cpu_op(name, charge_cpu(ns), ns);
 }
 
+namespace {
+std::logic_error not_measured(std::string_view call) {
+  return std::logic_error("SimDevice::" + std::string(call) +
+                          ": the sim times collectives on its virtual clocks (comm_issue, comm_complete), not by "
+                          "measuring them");
+}
+}  // namespace
+
+Device::CollectiveMark SimDevice::begin_collective(Stream&) { throw not_measured("begin_collective"); }
+
+void SimDevice::end_collective(Stream&, const CollectiveMark&, std::string_view, const CollectiveArgs&) {
+  throw not_measured("end_collective");
+}
+
 SimDevice::CommIssue SimDevice::comm_issue(Stream& stream, std::string_view api, int64_t comm_last_end_ns) {
   SimStream& s = sim(stream);
   const int64_t launch_ns = us_to_ns(profile_.launch_us);

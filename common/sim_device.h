@@ -41,6 +41,9 @@ class SimDevice final : public Device, private AllocatorBackend {
   int64_t now_ns() override { return cpu_ns_; }
   void host_work(std::string_view name, int64_t ns) override;
   const std::vector<std::string>& race_reports() const override { return race_.reports(); }
+  // Refused: the sim's collectives go through comm_issue and comm_complete below.
+  CollectiveMark begin_collective(Stream& s) override;
+  void end_collective(Stream& s, const CollectiveMark& m, std::string_view api, const CollectiveArgs& c) override;
 
   // --- For communicators (MpiComm): how a collective enters this device's timeline.
   struct CommIssue {

@@ -82,6 +82,14 @@ Tensor Tensor::view(int64_t elem_offset, Shape s) const {
   return v;
 }
 
+bool overlaps(const Tensor& a, const Tensor& b) {
+  if (a.bytes() == 0 || b.bytes() == 0 || a.on_host() != b.on_host()) return false;
+  if (!a.on_host()) return a.segment == b.segment && a.offset < b.offset + b.bytes() && b.offset < a.offset + a.bytes();
+  const auto* pa = static_cast<const char*>(a.data);
+  const auto* pb = static_cast<const char*>(b.data);
+  return pa && pb && pa < pb + b.bytes() && pb < pa + a.bytes();
+}
+
 float* Tensor::f32() const {
   if (dtype != DType::f32) throw std::logic_error("Tensor::f32 on a " + std::string(dtype_name(dtype)) + " tensor");
   return static_cast<float*>(data);

@@ -58,4 +58,9 @@ struct Tensor {
   int32_t* i32() const;
 };
 
+// Whether two tensors share a byte: on the device, the same allocator segment and intersecting
+// byte ranges (so also under --compute skip, where nothing has an address); on the host,
+// intersecting addresses. Empty tensors share nothing.
+bool overlaps(const Tensor& a, const Tensor& b);
+
 }  // namespace shardlab

@@ -48,6 +48,13 @@ class HostDevice final : public Device, private AllocatorBackend {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count();
   }
   void host_work(std::string_view name, int64_t ns) override { trace_.cpu_op(name, now_ns(), ns); }
+  // The stream's work ran as the CPU queued it: the collective's slice is the call's span.
+  CollectiveMark begin_collective(Stream&) override { return {now_ns(), nullptr}; }
+  void end_collective(Stream& s, const CollectiveMark& m, std::string_view api, const CollectiveArgs& c) override {
+    const int64_t end = now_ns();
+    const uint64_t correlation = trace_.runtime_call(api, m.host_start_ns, end - m.host_start_ns, true);
+    trace_.collective(s.id(), c, m.host_start_ns, m.host_start_ns, end, correlation);
+  }
 
  private:
   void* raw_alloc(size_t bytes) override { return std::aligned_alloc(64, (bytes + 63) / 64 * 64); }

@@ -306,6 +306,8 @@ TEST_CASE("mpi_comm: wrong arguments throw invalid_argument naming the op and th
   CHECK_THROWS_WITH(f.world->sendrecv(a, -1, a, -1, s), Contains("sendrecv") && Contains("both -1"));
   CHECK_THROWS_WITH(f.world->sendrecv(a, n, a, 0, s), Contains("to = " + std::to_string(n)));
   CHECK_THROWS_WITH(f.world->sendrecv(a, 0, i, 0, s), Contains("sendrecv") && Contains("i32"));
+  CHECK_THROWS_WITH(f.world->sendrecv(a, 0, a, 0, s), Contains("sendrecv") && Contains("overlap"));
+  CHECK_THROWS_WITH(f.world->sendrecv(b.view(0, {2}), 0, b.view(1, {2}), 0, s), Contains("overlap"));
   // Nothing was issued: the next collective still lines up everywhere.
   f.world->all_reduce(a, ReduceOp::sum, s);
   CHECK(f.dev.trace().timeline().collectives.size() == 1);
@@ -458,8 +460,10 @@ TEST_CASE("mpi_comm: barrier releases every CPU at the last arrival", "[timing]"
   CHECK(now >= 1e9);
 }
 
-TEST_CASE("mpi_comm: trace args name the collective, its group and its kernel", "[timing]") {
-  Fixture f;
+// On a HostDevice the operations take the host-staged path a real GPU takes with --comm mpi,
+// where the device brackets them (Device::begin_collective / end_collective).
+TEMPLATE_TEST_CASE("mpi_comm: trace args name the collective, its group and its kernel", "[timing]", SimDevice, HostDevice) {
+  Fixture<TestType> f;
   const int n = world_size(), rank = world_rank();
   Stream& s = f.dev.compute_stream();
   Tensor buf = f.empty(1000), send = f.empty(1000), recv = f.empty(1000 * n), small = f.empty(1000);
@@ -617,12 +621,12 @@ TEST_CASE("mpi_comm: debug mode catches a sendrecv whose ends disagree on the co
   auto pair = f.world->split(rank < 2 ? 0 : -1, rank);
   if (!pair) return;
   // Rank 0 sends 5 elements; rank 1 expects 4. Both ends of that transfer throw.
-  Tensor five = f.empty(5), four = f.empty(4);
+  Tensor five = f.empty(5), four = f.empty(4), sent = f.empty(4);
   const std::string msg = mismatch_message([&] {
     if (rank == 0)
       pair->sendrecv(five, 1, four, 1, s);
     else
-      pair->sendrecv(four, 0, four, 0, s);
+      pair->sendrecv(sent, 0, four, 0, s);
   });
   CHECK_THAT(msg, Contains("sendrecv #1"));
   CHECK_THAT(msg, Contains(rank == 0 ? "rank 0 issued send(count=5, f32) to rank 1, rank 1 issued recv(count=4, f32) from rank 0"

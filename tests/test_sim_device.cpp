@@ -165,6 +165,26 @@ TEST_CASE("sim: the race check: reads do not conflict with reads; disjoint views
   CHECK(d.race_reports().size() == 1);
 }
 
+TEST_CASE("tensor: overlaps compares byte ranges, on the device with or without memory and on the host", "[sim]") {
+  for (ComputeMode mode : {ComputeMode::real, ComputeMode::skip}) {
+    SimDevice d(round_profile(), mode, 0, 1);
+    Stream& s = d.compute_stream();
+    Tensor flat = d.empty({1000}, DType::f32, s, "flat");
+    Tensor other = d.empty({1000}, DType::f32, s, "other");
+    CHECK(overlaps(flat, flat));
+    CHECK(overlaps(flat, flat.view(999, {1})));
+    CHECK(overlaps(flat.view(0, {500}), flat.view(499, {2})));
+    CHECK_FALSE(overlaps(flat.view(0, {500}), flat.view(500, {500})));  // neighbours share no byte
+    CHECK_FALSE(overlaps(flat, other));
+    CHECK_FALSE(overlaps(flat.view(0, {0}), flat));                     // empty
+    Tensor host = d.host_empty({1000}, DType::f32, "host");
+    CHECK_FALSE(overlaps(host, flat));
+    CHECK(overlaps(host, host.view(10, {10})) == (mode == ComputeMode::real));  // skip: no host memory to share
+    CHECK_FALSE(overlaps(host.view(0, {10}), host.view(10, {10})));
+    d.host_free(host);
+  }
+}
+
 TEST_CASE("sim: a host sync orders later launches after the work it waited for", "[sim][race]") {
   SimDevice d(round_profile(), ComputeMode::skip, 0, 1);
   Stream& a = d.compute_stream();

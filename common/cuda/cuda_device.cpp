@@ -243,7 +243,13 @@ void CudaDevice::memcpy(Stream& stream, const Tensor& dst, const Tensor& src) {
   finish_bracket(stream, b, std::move(slice));
 }
 
-void CudaDevice::end_collective(Stream& s, const Bracket& b, std::string_view api, const CollectiveArgs& c) {
+Device::CollectiveMark CudaDevice::begin_collective(Stream& s) {
+  const Bracket b = begin(s);
+  return {b.host_start_ns, b.start};
+}
+
+void CudaDevice::end_collective(Stream& s, const CollectiveMark& m, std::string_view api, const CollectiveArgs& c) {
+  const Bracket b{m.host_start_ns, static_cast<cudaEvent_t>(m.device_event)};
   PendingSlice slice;
   slice.kind = PendingSlice::Kind::collective;
   slice.name = c.kernel_name;

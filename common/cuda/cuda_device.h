@@ -60,19 +60,19 @@ class CudaDevice final : public Device, private AllocatorBackend {
 
   static cudaStream_t handle(const Stream& s);
 
-  // --- For communicators (NcclComm, MpiComm staging through host memory): device work that is
-  // not a kernel launch. `begin` times a library call on the host and brackets the stream's
-  // work from here on; `end_collective` closes the bracket and queues the slice for the trace.
+  CollectiveMark begin_collective(Stream& s) override;
+  void end_collective(Stream& s, const CollectiveMark& m, std::string_view api, const CollectiveArgs& c) override;
+
+ private:
+  struct CudaStream;
+  struct PendingSlice;
+  // Device work in flight: `begin` times a runtime or library call on the host and records an
+  // event before the work it queues on the stream; finish_bracket records the one after it.
   struct Bracket {
     int64_t host_start_ns = 0;
     cudaEvent_t start = nullptr;
   };
   Bracket begin(Stream& s);
-  void end_collective(Stream& s, const Bracket& b, std::string_view api, const CollectiveArgs& c);
-
- private:
-  struct CudaStream;
-  struct PendingSlice;
 
   CudaStream& cuda_stream(Stream& s);
   cudaEvent_t timing_event();                         // from the pool

@@ -97,16 +97,16 @@ std::unique_ptr<Comm> NcclComm::split(int color, int key) {
                    check_ != nullptr));
 }
 
-CudaDevice::Bracket NcclComm::begin(Stream& s) {
+Device::CollectiveMark NcclComm::begin(Stream& s) {
   // The previous operation of this communicator may have run on another stream: this one
   // starts after it (a no-op wait when it ran on s, or has finished).
   CUDA_CHECK(cudaStreamWaitEvent(stream_of(s), last_op_, 0));
-  return dev_.begin(s);
+  return dev_.begin_collective(s);
 }
 
-void NcclComm::end(Stream& s, const CudaDevice::Bracket& b, std::string_view api, CollectiveArgs a) {
+void NcclComm::end(Stream& s, const Device::CollectiveMark& m, std::string_view api, CollectiveArgs a) {
   CUDA_CHECK(cudaEventRecord(last_op_, stream_of(s)));
-  dev_.end_collective(s, b, api, a);
+  dev_.end_collective(s, m, api, a);
 }
 
 CollectiveArgs NcclComm::args(std::string name, std::string kernel, int64_t in_nelems, int64_t out_nelems,
@@ -140,11 +140,11 @@ std::string predicted_kernel(const Device& dev, const std::vector<int>& ranks, C
 void NcclComm::all_reduce(const Tensor& buf, ReduceOp op, Stream& s) {
   const double bytes = static_cast<double>(buf.bytes());
   if (check_) check_->collective(CollectiveKind::all_reduce, op, buf.dtype, buf.numel(), -1);
-  const auto b = begin(s);
+  const auto m = begin(s);
   // In place: send and receive buffers are the same pointer.
   NCCL_CHECK(ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.numel()), nccl_type(buf.dtype), nccl_op(op),
                            comm_, stream_of(s)));
-  end(s, b, "ncclAllReduce",
+  end(s, m, "ncclAllReduce",
       args("allreduce", predicted_kernel(dev_, world_ranks_, CollectiveKind::all_reduce, op, buf.dtype, bytes),
            buf.numel(), buf.numel(), buf.dtype));
 }
@@ -152,11 +152,11 @@ void NcclComm::all_reduce(const Tensor& buf, ReduceOp op, Stream& s) {
 void NcclComm::reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op, Stream& s) {
   check_reduce_scatter(*this, send, recv);
   if (check_) check_->collective(CollectiveKind::reduce_scatter, op, send.dtype, recv.numel(), -1);
-  const auto b = begin(s);
+  const auto m = begin(s);
   // recvcount is per rank; rank r gets block r of the sum (in place when recv is that block).
   NCCL_CHECK(ncclReduceScatter(send.data, recv.data, static_cast<size_t>(recv.numel()), nccl_type(send.dtype),
                                nccl_op(op), comm_, stream_of(s)));
-  end(s, b, "ncclReduceScatter",
+  end(s, m, "ncclReduceScatter",
       args("reduce_scatter",
            predicted_kernel(dev_, world_ranks_, CollectiveKind::reduce_scatter, op, send.dtype,
                             static_cast<double>(send.bytes())),
@@ -166,11 +166,11 @@ void NcclComm::reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp o
 void NcclComm::all_gather(const Tensor& send, const Tensor& recv, Stream& s) {
   check_all_gather(*this, send, recv);
   if (check_) check_->collective(CollectiveKind::all_gather, ReduceOp::sum, send.dtype, send.numel(), -1);
-  const auto b = begin(s);
+  const auto m = begin(s);
   // sendcount is per rank; block r of recv comes from rank r (in place when send is this rank's block).
   NCCL_CHECK(ncclAllGather(send.data, recv.data, static_cast<size_t>(send.numel()), nccl_type(send.dtype), comm_,
                            stream_of(s)));
-  end(s, b, "ncclAllGather",
+  end(s, m, "ncclAllGather",
       args("allgather",
            predicted_kernel(dev_, world_ranks_, CollectiveKind::all_gather, ReduceOp::sum, send.dtype,
                             static_cast<double>(recv.bytes())),
@@ -180,10 +180,10 @@ void NcclComm::all_gather(const Tensor& send, const Tensor& recv, Stream& s) {
 void NcclComm::broadcast(const Tensor& buf, int root, Stream& s) {
   check_broadcast(*this, root);
   if (check_) check_->collective(CollectiveKind::broadcast, ReduceOp::sum, buf.dtype, buf.numel(), root);
-  const auto b = begin(s);
+  const auto m = begin(s);
   NCCL_CHECK(ncclBroadcast(buf.data, buf.data, static_cast<size_t>(buf.numel()), nccl_type(buf.dtype), root, comm_,
                            stream_of(s)));
-  end(s, b, "ncclBroadcast",
+  end(s, m, "ncclBroadcast",
       args("broadcast",
            predicted_kernel(dev_, world_ranks_, CollectiveKind::broadcast, ReduceOp::sum, buf.dtype,
                             static_cast<double>(buf.bytes())),
@@ -195,7 +195,7 @@ void NcclComm::sendrecv(const Tensor& send, int to, const Tensor& recv, int from
   if (check_)
     check_->sendrecv(to >= 0 ? send.dtype : recv.dtype, to, to >= 0 ? send.numel() : 0, from,
                      from >= 0 ? recv.numel() : 0);
-  const auto b = begin(s);
+  const auto m = begin(s);
   // Grouped: NCCL launches the send and the receive as one operation at ncclGroupEnd.
   NCCL_CHECK(ncclGroupStart());
   if (to >= 0)
@@ -203,7 +203,7 @@ void NcclComm::sendrecv(const Tensor& send, int to, const Tensor& recv, int from
   if (from >= 0)
     NCCL_CHECK(ncclRecv(recv.data, static_cast<size_t>(recv.numel()), nccl_type(recv.dtype), from, comm_, stream_of(s)));
   NCCL_CHECK(ncclGroupEnd());
-  end(s, b, "ncclGroupEnd",
+  end(s, m, "ncclGroupEnd",
       args("sendrecv", "ncclDevKernel_SendRecv", to >= 0 ? send.numel() : 0, from >= 0 ? recv.numel() : 0,
            to >= 0 ? send.dtype : recv.dtype));
 }

@@ -12,7 +12,7 @@
 // previous operation's end (an event), so two streams never run one communicator's kernels at
 // once, exactly as the sim models it.
 //
-// Each operation is bracketed by timing events on its stream (CudaDevice::begin /
+// Each operation is bracketed by timing events on its stream (Device::begin_collective /
 // end_collective), so it appears in the trace as an nccl... kernel with Kineto's collective
 // args; its kernel name uses the protocol the cost model predicts (NCCL picks its own).
 //
@@ -63,8 +63,8 @@ class NcclComm final : public Comm {
            bool debug);
 
   // Around every operation: order after this communicator's previous one, time it, trace it.
-  CudaDevice::Bracket begin(Stream& s);
-  void end(Stream& s, const CudaDevice::Bracket& b, std::string_view api, CollectiveArgs args);
+  Device::CollectiveMark begin(Stream& s);
+  void end(Stream& s, const Device::CollectiveMark& m, std::string_view api, CollectiveArgs args);
   CollectiveArgs args(std::string name, std::string kernel, int64_t in_nelems, int64_t out_nelems, DType dtype);
 
   CudaDevice& dev_;
