@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -26,6 +27,14 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+// An error line in one write: stderr is unbuffered, so piece-by-piece output would interleave
+// with the other ranks' lines that mpirun merges into the same terminal.
+void print_error(const std::string& line) {
+  const std::string text = line + "\n";
+  std::fwrite(text.data(), 1, text.size(), stderr);
+  std::fflush(stderr);
+}
 
 // Every rank sends a string; rank 0 gets them all in rank order.
 std::vector<std::string> gather_strings(const std::string& mine) {
@@ -185,11 +194,20 @@ void Job::figure(const std::string& key, double value, const std::string& unit, 
 }
 
 Job::Step::Step(Job& job, int64_t n, int64_t total, bool progress)
-    : job_(job), n_(n), total_(total < 0 ? job.steps() : total), progress_(progress), start_ns_(job.device().now_ns()) {
+    : job_(job),
+      n_(n),
+      total_(total < 0 ? job.steps() : total),
+      progress_(progress),
+      start_ns_(job.device().now_ns()),
+      uncaught_at_start_(std::uncaught_exceptions()) {
   job_.device().allocator().reset_peaks();
 }
 
 Job::Step::~Step() {
+  // Unwinding from an error: no synchronize (after a failed kernel it would throw again, and a
+  // second exception ends the process in std::terminate, losing the first one's message), and
+  // no progress line for a step that did not finish.
+  if (std::uncaught_exceptions() > uncaught_at_start_) return;
   Device& d = job_.device();
   d.synchronize();
   const int64_t end = d.now_ns();
@@ -312,7 +330,7 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
 
   // Configuration errors are the same on every rank: each exits 2, rank 0 says why.
   auto config_error = [&](const std::string& msg) {
-    if (rank == 0) std::cerr << info.id << ": error: " << msg << std::endl;
+    if (rank == 0) print_error(info.id + ": error: " + msg);
     MPI_Finalize();
     return 2;
   };
@@ -342,7 +360,7 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
       try {
         std::tie(dev, world) = cuda_runtime(std::move(profile), common, rank, size, node.local_rank % gpus, info);
       } catch (const std::exception& e) {
-        std::cerr << "rank " << rank << ": error: " << e.what() << std::endl;
+        print_error("rank " + std::to_string(rank) + ": error: " + e.what());
         MPI_Abort(MPI_COMM_WORLD, 1);
       }
 #endif
@@ -376,7 +394,7 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
     job->finish();
   } catch (const std::exception& e) {
     // One rank failing must not leave the others waiting in a collective forever.
-    std::cerr << "rank " << rank << ": error: " << e.what() << std::endl;
+    print_error("rank " + std::to_string(rank) + ": error: " + e.what());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   job.reset();

@@ -92,6 +92,7 @@ class Job {
     double loss_ = 0;
     bool has_loss_ = false;
     int64_t tokens_ = 0;
+    int uncaught_at_start_;  // an exception leaving the step: it did not finish, nothing to report
   };
 
   // A figure the chapter reports: printed by rank 0 and stored in summary.json under

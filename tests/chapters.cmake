@@ -121,6 +121,10 @@ target_link_libraries(fail_one_rank PRIVATE shardlab_common shardlab_warnings)
 add_test(NAME "harness: a rank that throws brings the whole job down with its message"
          COMMAND ${EXPECT_EXIT} 1 "rank 1: error: deliberate failure on rank 1" -- ${MPIRUN} -np 3 $<TARGET_FILE:fail_one_rank> --trace-dir ${RUNS})
 set_tests_properties("harness: a rank that throws brings the whole job down with its message" PROPERTIES TIMEOUT 60 PROCESSORS 3)
+add_test(NAME "harness: a step that throws prints no progress line"
+         COMMAND ${EXPECT_EXIT} 1 "rank 0: error: deliberate failure on rank 0" --also "step 1/2" --not "step 2/2"
+                 -- ${MPIRUN} -np 2 $<TARGET_FILE:fail_one_rank> --failing-rank 0 --trace-dir ${RUNS})
+set_tests_properties("harness: a step that throws prints no progress line" PROPERTIES TIMEOUT 60 PROCESSORS 2)
 
 # Reference traces in traces/ must be what the code writes now: regenerate with the command in
 # traces/README.md and compare byte for byte.
