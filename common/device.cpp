@@ -56,6 +56,21 @@ Tensor Device::host_empty(Shape shape, DType dtype, std::string_view) {
   return t;
 }
 
+Tensor Device::staging(Shape shape, DType dtype) {
+  Tensor t;
+  t.shape = shape;
+  t.dtype = dtype;
+  if (!computes() || t.bytes() == 0) return t;
+  if (t.bytes() > staging_bytes_) {
+    staging_.reset();  // the old block goes first: the two need not fit in memory together
+    staging_bytes_ = 0;
+    staging_ = host_alloc(t.bytes());
+    staging_bytes_ = t.bytes();
+  }
+  t.data = staging_.get();
+  return t;
+}
+
 void Device::host_free(Tensor& t) {
   if (!t.on_host()) throw std::logic_error("Device::host_free on a device tensor: use free");
   if (t.data) host_memory_.erase(t.data);
@@ -74,19 +89,17 @@ std::string_view memcpy_name(const Tensor& dst, const Tensor& src) {
 }
 
 void copy_to_device(Device& dev, Stream& s, const Tensor& dst, const void* src) {
-  Tensor staging = dev.host_empty(dst.shape, dst.dtype, "staging");
+  const Tensor staging = dev.staging(dst.shape, dst.dtype);
   if (staging.data) std::memcpy(staging.data, src, dst.bytes());
   dev.memcpy(s, dst, staging);
   dev.synchronize(s);
-  dev.host_free(staging);
 }
 
 void copy_to_host(Device& dev, Stream& s, void* dst, const Tensor& src) {
-  Tensor staging = dev.host_empty(src.shape, src.dtype, "staging");
+  const Tensor staging = dev.staging(src.shape, src.dtype);
   dev.memcpy(s, staging, src);
   dev.synchronize(s);
   if (staging.data) std::memcpy(dst, staging.data, src.bytes());
-  dev.host_free(staging);
 }
 
 HostScope::HostScope(Device& d, std::string_view name) : device_(d), name_(name), start_ns_(d.now_ns()) {}

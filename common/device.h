@@ -100,6 +100,11 @@ class Device {
   // Pinned host memory (not from the device allocator). Real memory unless --compute skip.
   Tensor host_empty(Shape shape, DType dtype, std::string_view name);
   void host_free(Tensor& t);
+  // The pinned buffer copy_to_device and copy_to_host stage through, as a host tensor of this
+  // shape: one block, kept between calls and grown when a copy needs more (pinning memory costs
+  // far more than most copies it serves, and cudaFreeHost synchronizes the whole device). Its
+  // contents are valid until the next call.
+  Tensor staging(Shape shape, DType dtype);
 
   // The job-wide base of now_ns() as Unix-epoch nanoseconds, written to the trace header:
   // 0 in the sim (its virtual clock starts at 0), rank 0's wall clock at start on CUDA.
@@ -142,6 +147,8 @@ class Device {
   std::vector<std::unique_ptr<Stream>> streams_;
   std::unique_ptr<CachingAllocator> allocator_;
   std::unordered_map<const void*, HostBlock> host_memory_;  // host_empty's blocks
+  HostBlock staging_{nullptr, [](void*) {}};                 // staging()'s block...
+  size_t staging_bytes_ = 0;                                  // ...and its size
 };
 
 // A copy's name in traces, as Kineto writes it ("Memcpy HtoD (Pinned -> Device)", ...), once
@@ -149,8 +156,9 @@ class Device {
 // memcpy starts here.
 std::string_view memcpy_name(const Tensor& dst, const Tensor& src);
 
-// Host data to or from a device tensor through a pinned staging buffer (a memcpy on stream s,
-// then a stream synchronize). Under --compute skip only the time is charged.
+// Host data to or from a device tensor through the device's pinned staging buffer (a memcpy on
+// stream s, then a stream synchronize, so the buffer is free again on return). Under --compute
+// skip only the time is charged.
 void copy_to_device(Device& dev, Stream& s, const Tensor& dst, const void* src);
 void copy_to_host(Device& dev, Stream& s, void* dst, const Tensor& src);
 

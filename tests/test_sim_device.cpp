@@ -2,6 +2,8 @@
 // per test, on hand-computed numbers, plus the race check.
 #include <catch2/catch.hpp>
 
+#include <vector>
+
 #include "sim_device.h"
 
 using namespace shardlab;
@@ -183,6 +185,32 @@ TEST_CASE("tensor: overlaps compares byte ranges, on the device with or without 
     CHECK_FALSE(overlaps(host.view(0, {10}), host.view(10, {10})));
     d.host_free(host);
   }
+}
+
+TEST_CASE("device: copies to and from the host share one staging block, grown when a copy needs more", "[sim]") {
+  SimDevice d(round_profile(), ComputeMode::real, 0, 1);
+  Stream& s = d.compute_stream();
+  const Tensor small = d.staging({10}, DType::f32);
+  REQUIRE(small.data != nullptr);
+  CHECK(small.on_host());
+  CHECK(d.staging({3}, DType::i32).data == small.data);  // fits: the same block
+  const Tensor big = d.staging({1000}, DType::f32);
+  CHECK(d.staging({250, 4}, DType::f32).data == big.data);
+
+  // Round trips of several sizes through the one block, the largest in the middle.
+  for (int64_t n : {int64_t{7}, int64_t{4096}, int64_t{5}}) {
+    std::vector<float> in(static_cast<size_t>(n)), out(static_cast<size_t>(n), -1.0f);
+    for (int64_t i = 0; i < n; ++i) in[static_cast<size_t>(i)] = static_cast<float>(i) * 0.5f;
+    Tensor t = d.empty({n}, DType::f32, s, "t");
+    copy_to_device(d, s, t, in.data());
+    copy_to_host(d, s, out.data(), t);
+    CHECK(out == in);
+    d.free(t);
+  }
+  CHECK(d.staging({4096}, DType::f32).data != nullptr);
+
+  SimDevice skip(round_profile(), ComputeMode::skip, 0, 1);
+  CHECK(skip.staging({10}, DType::f32).data == nullptr);  // --compute skip: no memory anywhere
 }
 
 TEST_CASE("sim: a host sync orders later launches after the work it waited for", "[sim][race]") {

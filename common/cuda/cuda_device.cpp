@@ -17,6 +17,10 @@ namespace {
 constexpr int kComputeStreamId = 7;   // the sim's numbering, so traces of both devices read alike
 constexpr size_t kFlushEvery = 4096;  // pending slices before completed ones are written out
 
+// The system clock, not steady_clock: it is the one clock that ranks on different nodes share
+// (kept in step by NTP, which slews it rather than jumping), so every rank's times count from
+// rank 0's base, as Kineto's do from its baseTimeNanoseconds. steady_clock's zero is each
+// machine's boot.
 int64_t wall_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();

@@ -7,7 +7,7 @@
 // knows a freed block's other-stream work has finished by querying an event.
 //
 // Traces. The trace has the sim's fields, but its times are measured:
-//   - host lane: each runtime call is timed on the CPU (steady wall clock, job-wide base);
+//   - host lane: each runtime call is timed on the CPU (the system clock, from a job-wide base);
 //   - device lanes: every kernel, copy and collective is bracketed by two timing events on its
 //     stream; once they have completed, their times are cudaEventElapsedTime from a calibration
 //     event whose host time is known. Calibration happens while the device is idle (at the
