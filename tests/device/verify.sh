@@ -59,6 +59,7 @@ export OPAL_PREFIX=$mpi/usr OPAL_SYSCONFDIR=$mpi/etc/openmpi OPAL_PKGLIBDIR=$mpi
 export PATH=$mpi/usr/bin:$PATH
 export LD_LIBRARY_PATH=$mpi/usr/lib/$triplet:$mpi/usr/lib/$triplet/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export PYTHONUNBUFFERED=1  # a stage killed at its limit still shows what its Python printed
 # Shared memory between the ranks of one machine, nothing else; no noise from the network
 # components whose libraries this machine lacks.
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
