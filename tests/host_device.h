@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "device.h"
@@ -31,7 +32,9 @@ class HostDevice final : public Device, private AllocatorBackend {
     add_stream(std::make_unique<Stream>(*this, 7 + static_cast<int>(streams().size()), std::move(name)));
     return *streams().back();
   }
-  void launch(Stream&, const Kernel&, const HostBody& host, const CudaBody&) override {
+  void launch(Stream&, const Kernel& k, const HostBody& host, const CudaBody& cuda) override {
+    launched.emplace(k.name);
+    if (!cuda) launched_without_cuda.emplace(k.name);
     if (host) host();
   }
   void memcpy(Stream&, const Tensor& dst, const Tensor& src) override {
@@ -48,6 +51,11 @@ class HostDevice final : public Device, private AllocatorBackend {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count();
   }
   void host_work(std::string_view name, int64_t ns) override { trace_.cpu_op(name, now_ns(), ns); }
+
+  // Every kernel name launched so far, and those launched with no CUDA body: on a real GPU each
+  // of the latter stops the chapter ("this op has no CUDA implementation"), so a test can catch
+  // one on any machine.
+  std::set<std::string> launched, launched_without_cuda;
   // The stream's work ran as the CPU queued it: the collective's slice is the call's span.
   CollectiveMark begin_collective(Stream&) override { return {now_ns(), nullptr}; }
   void end_collective(Stream& s, const CollectiveMark& m, std::string_view api, const CollectiveArgs& c) override {

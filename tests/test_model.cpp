@@ -5,9 +5,14 @@
 
 #include <cmath>
 #include <numeric>
+#include <set>
+#include <string>
 
+#include "attention.h"
 #include "data.h"
+#include "host_device.h"
 #include "model.h"
+#include "ops.h"
 #include "reference.h"
 #include "rng.h"
 #include "sim_device.h"
@@ -152,3 +157,47 @@ TEST_CASE("model: the reference trainer is deterministic and the tiny GPT learns
   CHECK(last < 1.05 * trained.loss_floor);
   CHECK(last > 0.9 * trained.loss_floor);  // nobody beats the entropy rate by much on 512 tokens
 }
+
+#ifdef SHARDLAB_WITH_CUDA
+// A real GPU stops a chapter at the first op with no CUDA body. A device that records what it
+// launches finds one here, with no GPU: a training step of the tiny GPT, then the ops no model
+// step calls (ring all-reduce's add, DDP's scale, context-parallel attention's merge).
+TEST_CASE("model: every op a training step launches, and every other op, has a CUDA implementation", "[model]") {
+  const GPTConfig cfg = GPTConfig::preset("tiny");
+  HostDevice dev(load_profile("h100-8"), ComputeMode::real, 0, 1);
+  Stream& s = dev.compute_stream();
+  const int64_t B = 2, T = 8, n = gpt_num_params(cfg);
+  GPT model(dev, cfg, B, T);
+  Tensor params = dev.empty({n}, DType::f32, s, "params"), grads = dev.empty({n}, DType::f32, s, "grads");
+  Tensor m = dev.empty({n}, DType::f32, s, "m"), v = dev.empty({n}, DType::f32, s, "v");
+  model.bind_flat(params, grads);
+  copy_to_device(dev, s, params, gpt_init_all(cfg, 1).data());
+  for (const Tensor& t : {grads, m, v}) ops::fill(dev, s, t, 0.0f);
+  const MarkovChain chain(static_cast<int>(cfg.vocab), 4, 1);
+  const Batch batch = Sampler(chain, B, T, 0, 1, 1).global(0);
+  Tensor tokens = dev.empty({B, T}, DType::i32, s, "tokens"), targets = dev.empty({B, T}, DType::i32, s, "targets");
+  copy_to_device(dev, s, tokens, batch.tokens.data());
+  copy_to_device(dev, s, targets, batch.targets.data());
+  model.set_batch(tokens, targets, 1.0f / static_cast<float>(B * T));
+  for (int u = 0; u < model.units(); ++u) model.forward(u, s);
+  CHECK(std::isfinite(model.mean_loss(s)));
+  for (int u = model.units() - 1; u >= 0; --u) model.backward(u, s);
+  ops::adamw(dev, s, params, grads, m, v, 1, ops::AdamW{});
+
+  ops::copy(dev, s, m, grads);
+  ops::add_(dev, s, m, grads);
+  ops::scale_(dev, s, m, 0.5f);
+  Tensor out = dev.empty({1, 2, 4, 8}, DType::f32, s, "out"), lse = dev.empty({1, 2, 4}, DType::f32, s, "lse");
+  Tensor out_b = dev.empty({1, 2, 4, 8}, DType::f32, s, "out_b"), lse_b = dev.empty({1, 2, 4}, DType::f32, s, "lse_b");
+  for (const Tensor& t : {out, lse, out_b, lse_b}) ops::fill(dev, s, t, 0.25f);
+  ops::attention_merge(dev, s, out, lse, out_b, lse_b);
+
+  const std::set<std::string> every_op = {
+      "fill", "copy", "add_", "scale_", "residual_forward", "embedding_forward", "embedding_backward",
+      "layernorm_forward", "layernorm_backward", "matmul_forward", "matmul_backward_input", "matmul_backward_weight",
+      "gelu_forward", "gelu_backward", "crossentropy_forward", "crossentropy_backward", "adamw", "attention_forward",
+      "attention_backward", "attention_merge", "qkv_split", "qkv_split_backward", "heads_merge", "heads_merge_backward"};
+  CHECK(dev.launched == every_op);
+  CHECK(dev.launched_without_cuda == std::set<std::string>{});  // names any op that lacks one
+}
+#endif
