@@ -19,6 +19,32 @@
 
 using namespace shardlab;
 
+namespace {
+
+// The tiny GPT on a device of type D, bound to flat parameters and gradients, with one batch of
+// B x T tokens from a Markov chain copied in and set.
+template <class D>
+struct TinyGPT {
+  TinyGPT(int64_t batch, int64_t seq, uint64_t seed) : B(batch), T(seq) {
+    model.bind_flat(params, grads);
+    const MarkovChain chain(static_cast<int>(cfg.vocab), 4, seed);
+    const Batch b = Sampler(chain, B, T, 0, 1, seed).global(0);
+    copy_to_device(dev, s, tokens, b.tokens.data());
+    copy_to_device(dev, s, targets, b.targets.data());
+    model.set_batch(tokens, targets, 1.0f / static_cast<float>(B * T));
+  }
+
+  const GPTConfig cfg = GPTConfig::preset("tiny");
+  const int64_t B, T, n = gpt_num_params(cfg);
+  D dev{load_profile("h100-8"), ComputeMode::real, 0, 1};
+  Stream& s = dev.compute_stream();
+  GPT model{dev, cfg, B, T};
+  Tensor params = dev.empty({n}, DType::f32, s, "params"), grads = dev.empty({n}, DType::f32, s, "grads");
+  Tensor tokens = dev.empty({B, T}, DType::i32, s, "tokens"), targets = dev.empty({B, T}, DType::i32, s, "targets");
+};
+
+}  // namespace
+
 TEST_CASE("model: gpt2-small has GPT-2's 124,439,808 parameters (tied head), 7,087,872 per block", "[model]") {
   const GPTConfig cfg = GPTConfig::preset("gpt2-small");
   CHECK(gpt_num_params(cfg) == 124439808);
@@ -98,20 +124,9 @@ TEST_CASE("model: gpt2-small FLOPs per step match 6 N D + attention; skip mode a
 // Backward against the forward: for a random direction d, (L(w + e d) - L(w - e d)) / 2e must
 // equal grad . d. One check through every unit, the residual stream and the tied head.
 TEST_CASE("model: the gradient of the tiny GPT matches a directional finite difference", "[model]") {
-  const GPTConfig cfg = GPTConfig::preset("tiny");
-  SimDevice dev(load_profile("h100-8"), ComputeMode::real, 0, 1);
-  Stream& s = dev.compute_stream();
-  const int64_t B = 2, T = 16, n = gpt_num_params(cfg);
-  GPT model(dev, cfg, B, T);
-  Tensor params = dev.empty({n}, DType::f32, s, "params"), grads = dev.empty({n}, DType::f32, s, "grads");
-  model.bind_flat(params, grads);
+  TinyGPT<SimDevice> tiny(2, 16, 3);
+  auto& [cfg, B, T, n, dev, s, model, params, grads, tokens, targets] = tiny;
   const std::vector<float> w0 = gpt_init_all(cfg, 3);
-  const MarkovChain chain(static_cast<int>(cfg.vocab), 4, 3);
-  const Batch batch = Sampler(chain, B, T, 0, 1, 3).global(0);
-  Tensor tokens = dev.empty({B, T}, DType::i32, s, "tokens"), targets = dev.empty({B, T}, DType::i32, s, "targets");
-  copy_to_device(dev, s, tokens, batch.tokens.data());
-  copy_to_device(dev, s, targets, batch.targets.data());
-  model.set_batch(tokens, targets, 1.0f / static_cast<float>(B * T));
 
   auto loss_at = [&](const std::vector<float>& w) {
     copy_to_device(dev, s, params, w.data());
@@ -163,22 +178,11 @@ TEST_CASE("model: the reference trainer is deterministic and the tiny GPT learns
 // launches finds one here, with no GPU: a training step of the tiny GPT, then the ops no model
 // step calls (ring all-reduce's add, DDP's scale, context-parallel attention's merge).
 TEST_CASE("model: every op a training step launches, and every other op, has a CUDA implementation", "[model]") {
-  const GPTConfig cfg = GPTConfig::preset("tiny");
-  HostDevice dev(load_profile("h100-8"), ComputeMode::real, 0, 1);
-  Stream& s = dev.compute_stream();
-  const int64_t B = 2, T = 8, n = gpt_num_params(cfg);
-  GPT model(dev, cfg, B, T);
-  Tensor params = dev.empty({n}, DType::f32, s, "params"), grads = dev.empty({n}, DType::f32, s, "grads");
+  TinyGPT<HostDevice> tiny(2, 8, 1);
+  auto& [cfg, B, T, n, dev, s, model, params, grads, tokens, targets] = tiny;
   Tensor m = dev.empty({n}, DType::f32, s, "m"), v = dev.empty({n}, DType::f32, s, "v");
-  model.bind_flat(params, grads);
   copy_to_device(dev, s, params, gpt_init_all(cfg, 1).data());
   for (const Tensor& t : {grads, m, v}) ops::fill(dev, s, t, 0.0f);
-  const MarkovChain chain(static_cast<int>(cfg.vocab), 4, 1);
-  const Batch batch = Sampler(chain, B, T, 0, 1, 1).global(0);
-  Tensor tokens = dev.empty({B, T}, DType::i32, s, "tokens"), targets = dev.empty({B, T}, DType::i32, s, "targets");
-  copy_to_device(dev, s, tokens, batch.tokens.data());
-  copy_to_device(dev, s, targets, batch.targets.data());
-  model.set_batch(tokens, targets, 1.0f / static_cast<float>(B * T));
   for (int u = 0; u < model.units(); ++u) model.forward(u, s);
   CHECK(std::isfinite(model.mean_loss(s)));
   for (int u = model.units() - 1; u >= 0; --u) model.backward(u, s);
