@@ -1,6 +1,7 @@
 // The GPT of model.h: parameter counts, initialisation, FLOPs, memory accounting without
 // memory, the wiring of every unit's backward (a directional derivative), the reference
-// trainer reaching the data's loss floor, and the errors for bad shapes.
+// trainer reaching the data's loss floor, the errors for bad shapes, and a CUDA implementation
+// behind every op.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -176,7 +177,8 @@ TEST_CASE("model: the reference trainer is deterministic and the tiny GPT learns
 #ifdef SHARDLAB_WITH_CUDA
 // A real GPU stops a chapter at the first op with no CUDA body. A device that records what it
 // launches finds one here, with no GPU: a training step of the tiny GPT, then the ops no model
-// step calls (ring all-reduce's add, DDP's scale, context-parallel attention's merge).
+// step calls (the chapters' copy, add_ and scale_: the hand ring's reduction, FSDP's gradient
+// scaling; attention_merge, for context-parallel attention).
 TEST_CASE("model: every op a training step launches, and every other op, has a CUDA implementation", "[model]") {
   TinyGPT<HostDevice> tiny(2, 8, 1);
   auto& [cfg, B, T, n, dev, s, model, params, grads, tokens, targets] = tiny;
