@@ -44,10 +44,7 @@ double tflops(double flops, double ms) { return flops / (ms * 1e-3) / 1e12; }
 }  // namespace
 
 int main() {
-  if (cuda_device_count() == 0) {
-    std::printf("skipped: no CUDA device visible (%s)\n", cuda_unavailable_reason().c_str());
-    return 77;
-  }
+  if (skipped_without_gpu()) return kSkippedExitCode;
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   cudaStream_t stream = nullptr;

@@ -77,10 +77,7 @@ int main(int argc, char** argv) {
     std::cerr << "bench_cuda_ops: error: " << e.what() << "\n";
     return 2;
   }
-  if (cuda_device_count() == 0) {
-    std::cout << "skipped: no CUDA device visible (" << cuda_unavailable_reason() << ")\n";
-    return 77;
-  }
+  if (skipped_without_gpu()) return kSkippedExitCode;
 
   const int64_t C = 768, NH = 12, V = 50257, N = B * T, hs = C / NH;
   const Tensor none;

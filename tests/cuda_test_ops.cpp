@@ -422,9 +422,6 @@ TEST_CASE("cuda device: a launch after another stream's unfinished work", "[cuda
 }
 
 int main(int argc, char** argv) {
-  if (cuda_device_count() == 0) {
-    std::printf("skipped: no CUDA device visible (%s)\n", cuda_unavailable_reason().c_str());
-    return 77;
-  }
+  if (skipped_without_gpu()) return kSkippedExitCode;
   return Catch::Session().run(argc, argv);
 }

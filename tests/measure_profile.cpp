@@ -75,10 +75,7 @@ int main(int argc, char** argv) {
     std::cerr << "measure_profile: error: " << e.what() << "\n";
     return 2;
   }
-  if (cuda_device_count() == 0) {
-    std::printf("skipped: no CUDA device visible (%s)\n", cuda_unavailable_reason().c_str());
-    return 77;
-  }
+  if (skipped_without_gpu()) return kSkippedExitCode;
 
   try {
     const Profile base_profile = load_profile(base);

@@ -1,6 +1,7 @@
 // cuda_probe.h: is there a GPU? Answered by the CUDA runtime when the build has CUDA, else 0.
 #pragma once
 
+#include <cstdio>
 #include <string>
 
 namespace shardlab {
@@ -16,5 +17,17 @@ inline std::string cuda_unavailable_reason() {
   return "this build has no CUDA: nvcc was not found or SHARDLAB_CUDA=OFF";
 }
 #endif
+
+// Exit code of a program that needs a GPU and found none; ctest counts it as skipped.
+constexpr int kSkippedExitCode = 77;
+
+// For the programs that need a GPU (the kernel tests, the GPU benchmarks): with none visible,
+// prints "skipped: no CUDA device visible (why)" and returns true; the program then returns
+// kSkippedExitCode.
+inline bool skipped_without_gpu() {
+  if (cuda_device_count() > 0) return false;
+  std::printf("skipped: no CUDA device visible (%s)\n", cuda_unavailable_reason().c_str());
+  return true;
+}
 
 }  // namespace shardlab
