@@ -86,9 +86,9 @@ foreach(t "ch02;shardlab_ch02;4;--grad-accum 3" "ch03;shardlab_ch03;3;--grad-acc
 endforeach()
 # The point of chapter 03, on gpt2-small over 8 simulated H100s: less than half of chapter 02's
 # exposed communication, and a shorter step.
-add_test(NAME "ch03: on gpt2-small, h100-8, 8 ranks, bucketing halves exposed communication and shortens the step"
+add_test(NAME "ch03: on gpt2-small, h100-8, 8 ranks, buckets overlap most communication with backward, halve exposed communication and shorten the step"
          COMMAND sh -c "for ch in 02 03; do ${MPIRUN_SH} -np 8 $<TARGET_FILE_DIR:shardlab_ch02>/shardlab_ch$ch --model gpt2-small --global-batch 8 --seq-len 1024 --compute skip --steps 2 --trace-dir '${RUNS}' --run-name overlap_ch$ch > /dev/null || exit 1; done; ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_overlap.py '${RUNS}/overlap_ch02/summary.json' '${RUNS}/overlap_ch03/summary.json'")
-set_tests_properties("ch03: on gpt2-small, h100-8, 8 ranks, bucketing halves exposed communication and shortens the step" PROPERTIES TIMEOUT 300 PROCESSORS 2)
+set_tests_properties("ch03: on gpt2-small, h100-8, 8 ranks, buckets overlap most communication with backward, halve exposed communication and shorten the step" PROPERTIES TIMEOUT 300 PROCESSORS 2)
 add_test(NAME "ch00: --race reports the missing wait, naming both ops, streams and buffer"
          COMMAND ${EXPECT_EXIT} 0 "race on 'in\\[0\\]'.*polynomial on stream 7 \\(compute\\) reads it, but Memcpy HtoD \\(Pinned -> Device\\) on stream 8 \\(copy\\) wrote it"
                  -- ${MPIRUN} -np 1 $<TARGET_FILE:shardlab_ch00> --race --steps 2 --trace-dir ${RUNS} --run-name ch00_race)

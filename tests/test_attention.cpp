@@ -160,7 +160,7 @@ TEST_CASE("attention: backward matches central finite differences of sum(out * R
   CHECK(f.dev.race_reports().empty());
 }
 
-TEST_CASE("attention: backward accumulates; twice doubles", "[attention]") {
+TEST_CASE("attention: backward accumulates, twice doubles", "[attention]") {
   Fixture f;
   const Tensor q = f.random({2, 2, 6, 5}), k = f.random({2, 2, 6, 5}), v = f.random({2, 2, 6, 5});
   const Tensor dout = f.random(q.shape), out = f.zeros(q.shape), lse = f.zeros({2, 2, 6});

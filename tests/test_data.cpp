@@ -33,7 +33,7 @@ int out_degree(const MarkovChain& c, int from) {
 
 }  // namespace
 
-TEST_CASE("MarkovChain: same seed, same chain and samples; other seeds differ", "[data]") {
+TEST_CASE("MarkovChain: same seed, same chain and samples, other seeds differ", "[data]") {
   const MarkovChain a(32, 5, 11), b(32, 5, 11), other(32, 5, 12);
   bool any_differs = false;
   for (int i = 0; i < 32; ++i)
@@ -205,7 +205,7 @@ TEST_CASE("Sampler: targets are the tokens shifted by one, along chain transitio
     }
 }
 
-TEST_CASE("Sampler: deterministic; steps, rows and seeds differ", "[data]") {
+TEST_CASE("Sampler: deterministic, steps, rows and seeds differ", "[data]") {
   const MarkovChain c(100, 8, 2);
   const int64_t B = 4, T = 64;
   const Sampler s(c, B, T, 0, 1, 10);

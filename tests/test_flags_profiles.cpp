@@ -96,7 +96,7 @@ TEST_CASE("profiles: every shipped profile loads with sane numbers", "[profile]"
   CHECK(load_profile("cpu-bound").launch_us == Approx(10 * load_profile("h100-8").launch_us));
 }
 
-TEST_CASE("profiles: an unknown name lists the profiles; a constant without a source is refused", "[profile]") {
+TEST_CASE("profiles: an unknown name lists the profiles, a constant without a source is refused", "[profile]") {
   CHECK_THROWS_WITH(load_profile("h200-9"), Catch::Contains("known profiles: a100-8, cpu-bound, h100-2x8, h100-8, h100-8x8, pcie-4"));
   const std::string path = "/tmp/shardlab_bad_profile.json";
   {

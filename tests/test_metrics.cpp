@@ -42,7 +42,7 @@ TEST_CASE("range_metrics: compute, comm, overlap, exposed, idle", "[metrics]") {
   CHECK(half.idle_us == 0);
 }
 
-TEST_CASE("range_metrics: waits count as comm, copies as memcpy; streams in parallel count once", "[metrics]") {
+TEST_CASE("range_metrics: waits count as comm, copies as memcpy, streams in parallel count once", "[metrics]") {
   RankTimeline tl;
   tl.slices = {slice(0, 10, SliceKind::comm_wait, 13), slice(10, 20, SliceKind::comm, 13),
                slice(15, 30, SliceKind::comm, 14),  // a second comm stream overlapping the first

@@ -60,7 +60,7 @@ TEST_CASE("model: gpt2-small has GPT-2's 124,439,808 parameters (tied head), 7,0
   CHECK(params.size() == 2 + 12 * 12 + 2);
 }
 
-TEST_CASE("model: units partition the parameters; the presets and their errors", "[model]") {
+TEST_CASE("model: units partition the parameters, the presets and their errors", "[model]") {
   SimDevice dev(load_profile("h100-8"), ComputeMode::skip, 0, 1);
   GPT model(dev, GPTConfig::preset("tiny"), 2, 16);
   CHECK(model.units() == 4);
@@ -95,7 +95,7 @@ TEST_CASE("model: initial parameters depend on the seed only", "[model]") {
 
 // gpt2-small, one step under --compute skip: every kernel's declared FLOPs add up to the
 // standard count, and the memory counters move although no real memory is used.
-TEST_CASE("model: gpt2-small FLOPs per step match 6 N D + attention; skip mode accounts memory it never allocates", "[model]") {
+TEST_CASE("model: gpt2-small FLOPs per step match 6 N D + attention, skip mode accounts memory it never allocates", "[model]") {
   const GPTConfig cfg = GPTConfig::preset("gpt2-small");
   SimDevice dev(load_profile("h100-8"), ComputeMode::skip, 0, 1);
   Stream& s = dev.compute_stream();

@@ -49,7 +49,7 @@ TEST_CASE("sim: a launch costs the CPU launch_us and the kernel starts once laun
   CHECK(s[0].end_us == Approx(105.0));
 }
 
-TEST_CASE("sim: one stream runs its ops in order; the CPU runs ahead", "[sim]") {
+TEST_CASE("sim: one stream runs its ops in order, the CPU runs ahead", "[sim]") {
   SimDevice d(round_profile(), ComputeMode::skip, 0, 1);
   Stream& s = d.compute_stream();
   work(d, s, 100);
@@ -63,7 +63,7 @@ TEST_CASE("sim: one stream runs its ops in order; the CPU runs ahead", "[sim]") 
   CHECK(d.stream_ready_ns(s) == 305000);
 }
 
-TEST_CASE("sim: two streams overlap; an event and a wait order them", "[sim]") {
+TEST_CASE("sim: two streams overlap, an event and a wait order them", "[sim]") {
   SimDevice d(round_profile(), ComputeMode::skip, 0, 1);
   Stream& a = d.compute_stream();
   Stream& b = d.create_stream("side");
@@ -97,7 +97,7 @@ TEST_CASE("sim: synchronize moves the CPU clock to the event, stream or device",
   CHECK(d.now_ns() == 325000);
 }
 
-TEST_CASE("sim: an event recorded before any work completes at once; one recorded late includes later work", "[sim]") {
+TEST_CASE("sim: an event recorded before any work completes at once, one recorded late includes later work", "[sim]") {
   SimDevice d(round_profile(), ComputeMode::skip, 0, 1);
   Stream& a = d.compute_stream();
   const Event early = d.record(a);  // nothing queued: complete at the CPU time (0)
@@ -150,7 +150,7 @@ TEST_CASE("sim: the race check reports a missing wait, naming both ops, streams 
   }
 }
 
-TEST_CASE("sim: the race check: reads do not conflict with reads; disjoint views do not conflict", "[sim][race]") {
+TEST_CASE("sim: the race check: reads do not conflict with reads, disjoint views do not conflict", "[sim][race]") {
   SimDevice d(round_profile(), ComputeMode::skip, 0, 1);
   Stream& a = d.compute_stream();
   Stream& b = d.create_stream("b");
