@@ -14,12 +14,12 @@
 #include <string>
 #include <vector>
 
-#include "attention.h"
+#include "model/attention.h"
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_probe.h"
-#include "flags.h"
-#include "ops.h"
-#include "sim_device.h"
+#include "run/flags.h"
+#include "model/ops.h"
+#include "device/sim_device.h"
 
 using namespace shardlab;
 

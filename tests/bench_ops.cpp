@@ -11,8 +11,8 @@
 #include <functional>
 #include <random>
 
-#include "ops.h"
-#include "sim_device.h"
+#include "model/ops.h"
+#include "device/sim_device.h"
 
 using namespace shardlab;
 

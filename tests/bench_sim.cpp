@@ -8,8 +8,8 @@
 #include <chrono>
 #include <cstdio>
 
-#include "mpi_comm.h"
-#include "sim_device.h"
+#include "comm/mpi_comm.h"
+#include "device/sim_device.h"
 
 using namespace shardlab;
 

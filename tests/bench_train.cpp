@@ -9,9 +9,9 @@
 #include <cstdio>
 #include <iostream>
 
-#include "data.h"
-#include "model.h"
-#include "train_flags.h"
+#include "model/data.h"
+#include "model/model.h"
+#include "run/train_flags.h"
 
 using namespace shardlab;
 

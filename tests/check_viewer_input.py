@@ -174,7 +174,7 @@ def intersection(x, y):
 
 
 def range_totals(events, a, b):
-    """common/metrics.cpp range_metrics, recomputed from the rank file's device events."""
+    """common/trace/metrics.cpp range_metrics, recomputed from the rank file's device events."""
     compute, comm, copy = [], [], []
     for e in events:
         if e.get("ph") != "X" or e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):

@@ -24,13 +24,13 @@
 #include <vector>
 
 #include "00_streams_events/polynomial.h"
-#include "attention.h"
+#include "model/attention.h"
 #include "cuda/check.h"
 #include "cuda/cuda_device.h"
 #include "cuda/cuda_probe.h"
 #include "cuda/kernels.h"
-#include "ops.h"
-#include "sim_device.h"
+#include "model/ops.h"
+#include "device/sim_device.h"
 
 using namespace shardlab;
 using ops::AttentionMask;

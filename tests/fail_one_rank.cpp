@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "job.h"
+#include "run/job.h"
 
 using namespace shardlab;
 

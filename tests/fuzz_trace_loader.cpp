@@ -19,7 +19,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "metrics.h"
+#include "trace/metrics.h"
 #include "trace_model.h"
 
 namespace {

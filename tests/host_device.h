@@ -13,7 +13,7 @@
 #include <set>
 #include <string>
 
-#include "device.h"
+#include "device/device.h"
 
 namespace shardlab {
 

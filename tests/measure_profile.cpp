@@ -10,11 +10,11 @@
 //   host:  launch_us (CPU time of one op launched through shardlab's CUDA device), runtime_call_us
 //          (cudaEventRecord), malloc_us (cudaMalloc of a 20 MiB segment), h2d/d2h_GBps (256 MiB
 //          from/to pinned memory), memcpy_latency_us (a 4-byte copy)
-// The result is written where --out says (common/profiles/<name>.json to ship it); the sim's
+// The result is written where --out says (common/device/profiles/<name>.json to ship it); the sim's
 // --profile then predicts this GPU, and bench_cuda_ops shows how close.
 //
 //   cmake --build --preset default --target measure_profile
-//   build/tests/measure_profile --base h100-8 --name h100-measured --out common/profiles/h100-measured.json
+//   build/tests/measure_profile --base h100-8 --name h100-measured --out common/device/profiles/h100-measured.json
 // Without a visible GPU it prints why and exits 77.
 #include <algorithm>
 #include <chrono>
@@ -33,8 +33,8 @@
 #include "cuda/cuda_probe.h"
 #include "cuda/kernels.h"
 #include "cuda_timing.h"
-#include "flags.h"
-#include "ops.h"
+#include "run/flags.h"
+#include "model/ops.h"
 
 using namespace shardlab;
 using nlohmann::json;
@@ -63,7 +63,7 @@ void set(json& node, T value, const std::string& source) {
 int main(int argc, char** argv) {
   std::string base = "h100-8", name = "measured", out = "measured.json";
   Flags flags("measure_profile");
-  flags.add_string("base", &base, "the profile to start from (a name in common/profiles/ or a path)");
+  flags.add_string("base", &base, "the profile to start from (a name in common/device/profiles/ or a path)");
   flags.add_string("name", &name, "the new profile's name");
   flags.add_string("out", &out, "where to write it");
   try {

@@ -18,9 +18,9 @@
 #include <nlohmann/json.hpp>
 
 #include "host_device.h"
-#include "mpi_comm.h"
+#include "comm/mpi_comm.h"
 #include "mpi_world.h"
-#include "sim_device.h"
+#include "device/sim_device.h"
 
 using namespace shardlab;
 using Catch::Matchers::Contains;

@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "01_ring_allreduce/ring_allreduce.h"
-#include "metrics.h"
-#include "mpi_comm.h"
+#include "trace/metrics.h"
+#include "comm/mpi_comm.h"
 #include "mpi_world.h"
-#include "sim_device.h"
+#include "device/sim_device.h"
 
 using namespace shardlab;
 

@@ -1,4 +1,4 @@
-// Unit tests for the caching allocator (common/allocator.h), against a fake backend that records
+// Unit tests for the caching allocator (common/device/allocator.h), against a fake backend that records
 // every call and whose events complete when the test says so (or at a device synchronize).
 #include <catch2/catch.hpp>
 
@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "allocator.h"
+#include "device/allocator.h"
 
 using namespace shardlab;
 

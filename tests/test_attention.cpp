@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "attention.h"
-#include "sim_device.h"
+#include "model/attention.h"
+#include "device/sim_device.h"
 
 using namespace shardlab;
 using ops::AttentionMask;

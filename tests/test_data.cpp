@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "data.h"
+#include "model/data.h"
 
 using namespace shardlab;
 

@@ -6,9 +6,9 @@
 #include <cstdio>
 #include <fstream>
 
-#include "cost_model.h"
-#include "flags.h"
-#include "profile.h"
+#include "device/cost_model.h"
+#include "run/flags.h"
+#include "device/profile.h"
 
 using namespace shardlab;
 
@@ -100,7 +100,7 @@ TEST_CASE("profiles: an unknown name lists the profiles, a constant without a so
   CHECK_THROWS_WITH(load_profile("h200-9"), Catch::Contains("known profiles: a100-8, cpu-bound, h100-2x8, h100-8, h100-8x8, pcie-4"));
   const std::string path = "/tmp/shardlab_bad_profile.json";
   {
-    std::ifstream in(std::string(SHARDLAB_SOURCE_DIR) + "/common/profiles/h100-8.json");
+    std::ifstream in(std::string(SHARDLAB_SOURCE_DIR) + "/common/device/profiles/h100-8.json");
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     const auto at = text.find("\"hbm_GBps\"");
     const auto src = text.find("\"source\"", at);

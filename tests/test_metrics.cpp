@@ -1,7 +1,7 @@
 // Metrics library: hand-built timelines with known answers.
 #include <catch2/catch.hpp>
 
-#include "metrics.h"
+#include "trace/metrics.h"
 
 using namespace shardlab;
 

@@ -9,14 +9,14 @@
 #include <set>
 #include <string>
 
-#include "attention.h"
-#include "data.h"
+#include "model/attention.h"
+#include "model/data.h"
 #include "host_device.h"
-#include "model.h"
-#include "ops.h"
-#include "reference.h"
-#include "rng.h"
-#include "sim_device.h"
+#include "model/model.h"
+#include "model/ops.h"
+#include "model/reference.h"
+#include "model/rng.h"
+#include "device/sim_device.h"
 
 using namespace shardlab;
 

@@ -11,8 +11,8 @@
 #include <random>
 #include <vector>
 
-#include "ops.h"
-#include "sim_device.h"
+#include "model/ops.h"
+#include "device/sim_device.h"
 
 using namespace shardlab;
 

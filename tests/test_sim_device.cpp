@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "sim_device.h"
+#include "device/sim_device.h"
 
 using namespace shardlab;
 

@@ -15,7 +15,7 @@
 #include <sstream>
 
 
-#include "trace.h"
+#include "trace/trace.h"
 
 using namespace shardlab;
 using nlohmann::json;

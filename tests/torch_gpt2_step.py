@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The yardstick for shardlab's CUDA device: one GPT-2-small training step in PyTorch eager fp32.
 
-The same model as common/model.h (token + position embeddings, pre-norm blocks with causal
+The same model as common/model/model.h (token + position embeddings, pre-norm blocks with causal
 self-attention and a GELU-tanh MLP, final layernorm, LM head tied to the token embedding,
 cross-entropy, AdamW with betas 0.9/0.95), the same shapes, fp32 everywhere and TF32 off (as
 PyTorch's default for fp32 matmuls and as shardlab's cuBLAS calls). Prints the mean step time

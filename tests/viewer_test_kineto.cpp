@@ -16,7 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "metrics.h"
+#include "trace/metrics.h"
 #include "trace_model.h"
 
 using namespace shardlab;

@@ -4,7 +4,7 @@
 // (.json or .json.gz; shardlab's own or PyTorch profiler / Kineto traces), merges the ranks onto
 // one time axis, sorts each rank's lanes (CPU threads, then streams, by their sort indices),
 // nests each lane's slices (depth), keeps flows, counters and step annotations, and builds
-// each rank's RankTimeline so common/metrics.h computes every figure (the same code as the
+// each rank's RankTimeline so common/trace/metrics.h computes every figure (the same code as the
 // run summary). Built for a million events: names are interned, slices are small PODs in
 // time order per lane.
 #pragma once
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "timeline.h"
+#include "trace/timeline.h"
 
 namespace shardlab::viewer {
 
@@ -64,7 +64,7 @@ struct Rank {
   std::vector<Lane> lanes;
   std::vector<Counter> counters;
   std::vector<Flow> flows;  // in order of from_us
-  RankTimeline timeline;  // for common/metrics.h
+  RankTimeline timeline;  // for common/trace/metrics.h
   size_t skipped = 0;     // events dropped as unusable (bad pid/tid types, non-finite or negative times, unmatched E)
 };
 

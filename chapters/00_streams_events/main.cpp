@@ -29,9 +29,9 @@
 #include <vector>
 
 #include "00_streams_events/polynomial.h"
-#include "job.h"
-#include "metrics.h"
-#include "rng.h"
+#include "run/job.h"
+#include "trace/metrics.h"
+#include "model/rng.h"
 
 using namespace shardlab;
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cuda/kernels.h"
-#include "device.h"
+#include "device/device.h"
 
 namespace ch00 {
 

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "01_ring_allreduce/ring_allreduce.h"
-#include "job.h"
-#include "mpi_comm.h"
+#include "run/job.h"
+#include "comm/mpi_comm.h"
 
 using namespace shardlab;
 

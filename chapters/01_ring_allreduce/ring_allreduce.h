@@ -20,8 +20,8 @@
 
 #include <cstdint>
 
-#include "comm.h"
-#include "ops.h"
+#include "comm/comm.h"
+#include "model/ops.h"
 
 namespace ch01 {
 

@@ -20,12 +20,12 @@
 #include <string>
 #include <vector>
 
-#include "data.h"
-#include "job.h"
-#include "metrics.h"
-#include "model.h"
-#include "ops.h"
-#include "reference.h"
+#include "model/data.h"
+#include "run/job.h"
+#include "trace/metrics.h"
+#include "model/model.h"
+#include "model/ops.h"
+#include "model/reference.h"
 
 namespace ch02 {
 

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "02_naive_ddp/data_parallel.h"
-#include "train_flags.h"
+#include "run/train_flags.h"
 
 using namespace shardlab;
 

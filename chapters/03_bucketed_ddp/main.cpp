@@ -13,7 +13,7 @@
 #include <string>
 
 #include "03_bucketed_ddp/bucket.h"
-#include "train_flags.h"
+#include "run/train_flags.h"
 
 using namespace shardlab;
 

@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "job.h"
-#include "model.h"
-#include "ops.h"
+#include "run/job.h"
+#include "model/model.h"
+#include "model/ops.h"
 
 namespace ch04 {
 

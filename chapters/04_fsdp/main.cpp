@@ -27,8 +27,8 @@
 #include "02_naive_ddp/data_parallel.h"
 #include "04_fsdp/flat_param.h"
 #include "04_fsdp/memory.h"
-#include "metrics.h"
-#include "train_flags.h"
+#include "trace/metrics.h"
+#include "run/train_flags.h"
 
 using namespace shardlab;
 

@@ -8,7 +8,7 @@
 //                     still holds every block's parameters (kept from forward to the end of
 //                     backward). World 1 shards nothing, so nothing extra is gathered.
 //   activations       everything forward keeps, plus the head's backward temporaries
-//                     (gpt_activation_bytes in common/model.h).
+//                     (gpt_activation_bytes in common/model/model.h).
 // DDP, for comparison, keeps 16 P bytes of state (ZeRO's "plain DP" in fp32) and the same
 // activations.
 #pragma once
@@ -16,7 +16,7 @@
 #include <cstdint>
 
 #include "04_fsdp/flat_param.h"
-#include "model.h"
+#include "model/model.h"
 
 namespace ch04 {
 

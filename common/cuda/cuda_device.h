@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "device.h"
+#include "device/device.h"
 
 namespace shardlab {
 

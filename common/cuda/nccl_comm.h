@@ -28,9 +28,9 @@
 #include <string>
 #include <vector>
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "cuda/cuda_device.h"
-#include "mismatch_check.h"
+#include "comm/mismatch_check.h"
 
 namespace shardlab {
 

@@ -139,7 +139,7 @@ bench() {
   name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($2)}')
   build-device/tests/bench_cuda_ops --profile h100-8 --batch 8 --seq-len 1024 || rc=1
   build-device/tests/measure_profile --base h100-8 --name "${name}-measured" --out "$out/measured-profile.json" || rc=1
-  [ -f "$out/measured-profile.json" ] && cp "$out/measured-profile.json" common/profiles/measured.json &&
+  [ -f "$out/measured-profile.json" ] && cp "$out/measured-profile.json" common/device/profiles/measured.json &&
     build-device/tests/bench_cuda_ops --profile measured --batch 8 --seq-len 1024 || rc=1
   return $rc
 }
@@ -152,7 +152,7 @@ steps() {
       --trace-dir "$work/runs" --run-name ch${ch}_gpt2_cuda || rc=1
     mpirun -np 1 build-device/chapters/shardlab_ch$ch --device sim --compute skip --profile h100-8 "${shape[@]}" \
       --trace-dir "$work/runs" --run-name ch${ch}_gpt2_sim > /dev/null || rc=1
-    if [ -f common/profiles/measured.json ]; then
+    if [ -f common/device/profiles/measured.json ]; then
       mpirun -np 1 build-device/chapters/shardlab_ch$ch --device sim --compute skip --profile measured "${shape[@]}" \
         --trace-dir "$work/runs" --run-name ch${ch}_gpt2_measured > /dev/null || rc=1
     fi

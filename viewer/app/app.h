@@ -15,7 +15,7 @@
 
 #include <imgui.h>
 
-#include "metrics.h"
+#include "trace/metrics.h"
 #include "trace_model.h"
 
 namespace shardlab::viewer::app {

@@ -1,5 +1,5 @@
 // panels.cpp: the toolbar and the tabs under the timeline. Every figure comes from
-// common/metrics.h, the code behind the run summary, so the viewer and the summary agree.
+// common/trace/metrics.h, the code behind the run summary, so the viewer and the summary agree.
 #include "panels.h"
 
 #include <algorithm>

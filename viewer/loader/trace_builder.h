@@ -1,6 +1,6 @@
 // trace_builder.h: the loader's third stage: a file's Parts (records.h), taken in file order, into
 // its Rank: lanes named and ordered, slices sorted and nested, B/E paired, flows bound to slices,
-// counters, steps and the RankTimeline that common/metrics.h reads. File order, whichever thread
+// counters, steps and the RankTimeline that common/trace/metrics.h reads. File order, whichever thread
 // parsed a part, so that whatever depends on order (B/E pairs, a wait's collective, metadata, the
 // numbering of string ids) comes out exactly as one sequential pass would make it.
 #pragma once

@@ -1,0 +1,115 @@
+#include "comm/comm.h"
+
+#include <algorithm>
+
+namespace shardlab {
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::max: return "max";
+  }
+  return "?";
+}
+
+std::invalid_argument invalid_call(const Comm& c, std::string_view op, const std::string& what) {
+  return std::invalid_argument("Comm::" + std::string(op) + " on " + c.name() + ": " + what);
+}
+
+namespace {
+
+void check_same_dtype(const Comm& c, std::string_view op, const Tensor& send, const Tensor& recv) {
+  if (send.dtype != recv.dtype)
+    throw invalid_call(c, op,
+                       "send is " + std::string(dtype_name(send.dtype)) + ", recv is " + std::string(dtype_name(recv.dtype)));
+}
+
+}  // namespace
+
+void check_reduce_scatter(const Comm& c, const Tensor& send, const Tensor& recv) {
+  check_same_dtype(c, "reduce_scatter", send, recv);
+  if (send.numel() != recv.numel() * c.size())
+    throw invalid_call(c, "reduce_scatter",
+                       "send has " + std::to_string(send.numel()) + " elements, expected size() x recv = " +
+                           std::to_string(c.size()) + " x " + std::to_string(recv.numel()) + " = " +
+                           std::to_string(recv.numel() * c.size()));
+}
+
+void check_all_gather(const Comm& c, const Tensor& send, const Tensor& recv) {
+  check_same_dtype(c, "all_gather", send, recv);
+  if (recv.numel() != send.numel() * c.size())
+    throw invalid_call(c, "all_gather",
+                       "recv has " + std::to_string(recv.numel()) + " elements, expected size() x send = " +
+                           std::to_string(c.size()) + " x " + std::to_string(send.numel()) + " = " +
+                           std::to_string(send.numel() * c.size()));
+}
+
+void check_broadcast(const Comm& c, int root) {
+  if (root < 0 || root >= c.size())
+    throw invalid_call(c, "broadcast",
+                       "root " + std::to_string(root) + " is not a rank of a group of " + std::to_string(c.size()));
+}
+
+void check_sendrecv(const Comm& c, const Tensor& send, int to, const Tensor& recv, int from) {
+  for (const auto& [what, peer] : {std::pair{"to", to}, std::pair{"from", from}})
+    if (peer < -1 || peer >= c.size())
+      throw invalid_call(c, "sendrecv", std::string(what) + " = " + std::to_string(peer) +
+                                            " is neither -1 nor a rank of a group of " + std::to_string(c.size()));
+  if (to < 0 && from < 0) throw invalid_call(c, "sendrecv", "to and from are both -1: nothing to send or receive");
+  if (to >= 0 && from >= 0) check_same_dtype(c, "sendrecv", send, recv);
+  // Neither NCCL nor MPI orders a rank's own send before its receive: what arrives could
+  // overwrite what has not been sent yet.
+  if (to >= 0 && from >= 0 && overlaps(send, recv))
+    throw invalid_call(c, "sendrecv", "send and recv overlap; the receive could overwrite data not yet sent (use two buffers)");
+}
+
+std::string_view nccl_api_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::all_reduce: return "ncclAllReduce";
+    case CollectiveKind::reduce_scatter: return "ncclReduceScatter";
+    case CollectiveKind::all_gather: return "ncclAllGather";
+    case CollectiveKind::broadcast: return "ncclBroadcast";
+  }
+  throw std::logic_error("nccl_api_name: unknown collective");
+}
+
+// NCCL calls max "MinMax"; avg premultiplies floats by 1/n ("PreMulSum") and divides integers
+// after the sum ("SumPostDiv").
+std::string nccl_kernel_name(CollectiveKind kind, ReduceOp op, DType dtype, std::string_view protocol) {
+  std::string name = "ncclDevKernel_";
+  switch (kind) {
+    case CollectiveKind::all_reduce: name += "AllReduce"; break;
+    case CollectiveKind::reduce_scatter: name += "ReduceScatter"; break;
+    case CollectiveKind::all_gather: name += "AllGather"; break;
+    case CollectiveKind::broadcast: name += "Broadcast"; break;
+  }
+  if (kind == CollectiveKind::all_reduce || kind == CollectiveKind::reduce_scatter) {
+    const bool floating = dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
+    switch (op) {
+      case ReduceOp::sum: name += "_Sum"; break;
+      case ReduceOp::max: name += "_MinMax"; break;
+      case ReduceOp::avg: name += floating ? "_PreMulSum" : "_SumPostDiv"; break;
+    }
+    name += "_";
+    name += dtype_name(dtype);
+  }
+  name += "_RING_";
+  name += protocol;
+  return name;
+}
+
+const LinkTier& link_for(const Profile& profile, const std::vector<int>& world_ranks) {
+  const bool one_node = std::all_of(world_ranks.begin(), world_ranks.end(), [&](int r) {
+    return profile.node_of(r) == profile.node_of(world_ranks.front());
+  });
+  return one_node ? profile.intra : profile.inter;
+}
+
+std::string group_ranks_text(const std::vector<int>& world_ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < world_ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(world_ranks[i]);
+  return s + "]";
+}
+
+}  // namespace shardlab

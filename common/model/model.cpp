@@ -1,0 +1,346 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+
+#include "device/allocator.h"
+#include "model/attention.h"
+#include "model/ops.h"
+#include "model/rng.h"
+
+namespace shardlab {
+
+namespace {
+
+constexpr int kParamsPerBlock = 12;
+
+std::string block_name(int64_t l, const char* what) { return "h." + std::to_string(l) + "." + what; }
+
+}  // namespace
+
+GPTConfig GPTConfig::preset(const std::string& name) {
+  //                 name           vocab  ctx  layers channels heads
+  if (name == "tiny") return {name, 32, 64, 2, 32, 2};
+  if (name == "gpt2-small") return {name, 50257, 1024, 12, 768, 12};
+  if (name == "gpt2-medium") return {name, 50257, 1024, 24, 1024, 16};
+  if (name == "gpt-1b") return {name, 50257, 1024, 20, 2048, 16};
+  std::string known;
+  for (const auto& p : presets()) known += (known.empty() ? "" : ", ") + p;
+  throw std::invalid_argument("--model " + name + ": no such model; presets: " + known);
+}
+
+std::vector<std::string> GPTConfig::presets() { return {"tiny", "gpt2-small", "gpt2-medium", "gpt-1b"}; }
+
+std::vector<ParamInfo> gpt_params(const GPTConfig& c) {
+  const int64_t C = c.channels;
+  std::vector<ParamInfo> p = {{"wte.weight", {c.vocab, C}, 0}, {"wpe.weight", {c.max_T, C}, 0}};
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const int unit = static_cast<int>(l) + 1;
+    p.push_back({block_name(l, "ln_1.weight"), {C}, unit});
+    p.push_back({block_name(l, "ln_1.bias"), {C}, unit});
+    p.push_back({block_name(l, "attn.c_attn.weight"), {3 * C, C}, unit});
+    p.push_back({block_name(l, "attn.c_attn.bias"), {3 * C}, unit});
+    p.push_back({block_name(l, "attn.c_proj.weight"), {C, C}, unit});
+    p.push_back({block_name(l, "attn.c_proj.bias"), {C}, unit});
+    p.push_back({block_name(l, "ln_2.weight"), {C}, unit});
+    p.push_back({block_name(l, "ln_2.bias"), {C}, unit});
+    p.push_back({block_name(l, "mlp.c_fc.weight"), {4 * C, C}, unit});
+    p.push_back({block_name(l, "mlp.c_fc.bias"), {4 * C}, unit});
+    p.push_back({block_name(l, "mlp.c_proj.weight"), {C, 4 * C}, unit});
+    p.push_back({block_name(l, "mlp.c_proj.bias"), {C}, unit});
+  }
+  const int head = static_cast<int>(c.layers) + 1;
+  p.push_back({"ln_f.weight", {C}, head});
+  p.push_back({"ln_f.bias", {C}, head});
+  return p;
+}
+
+int64_t gpt_num_params(const GPTConfig& cfg) {
+  int64_t n = 0;
+  for (const auto& p : gpt_params(cfg)) n += p.shape.numel();
+  return n;
+}
+
+void gpt_init_param(const GPTConfig& cfg, int index, uint64_t seed, float* out) {
+  const ParamInfo p = gpt_params(cfg)[static_cast<size_t>(index)];
+  const int64_t n = p.shape.numel();
+  const auto ends_with = [&](const char* s) { return p.name.ends_with(s); };
+  // GPT-2: layernorm weights 1, biases 0, other weights N(0, 0.02); the two projections that
+  // write into the residual stream are scaled by 1 / sqrt(2 L) so its variance stays put.
+  if (ends_with("bias") || (p.name.find("ln_") != std::string::npos && ends_with("weight"))) {
+    const float v = ends_with("weight") ? 1.0f : 0.0f;
+    for (int64_t i = 0; i < n; ++i) out[i] = v;
+    return;
+  }
+  const double std = ends_with("c_proj.weight") ? 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.layers)) : 0.02;
+  Rng rng(derive_seed(seed, static_cast<uint64_t>(index)));
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(std * rng.normal());
+}
+
+std::vector<float> gpt_init_all(const GPTConfig& cfg, uint64_t seed) {
+  const std::vector<ParamInfo> params = gpt_params(cfg);
+  std::vector<float> all(static_cast<size_t>(gpt_num_params(cfg)));
+  size_t offset = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    gpt_init_param(cfg, static_cast<int>(i), seed, all.data() + offset);
+    offset += static_cast<size_t>(params[i].shape.numel());
+  }
+  return all;
+}
+
+int64_t bind_views(std::vector<Tensor>& slots, const Tensor& flat, const std::vector<ParamInfo>& params,
+                   const std::vector<int>& indices, int64_t offset) {
+  for (int i : indices) {
+    const Shape& shape = params[static_cast<size_t>(i)].shape;
+    slots[static_cast<size_t>(i)] = flat.view(offset, shape);
+    offset += shape.numel();
+  }
+  return offset;
+}
+
+void place_params(const std::vector<ParamInfo>& params, const std::vector<int>& indices, const float* flat,
+                  std::vector<float>& natural) {
+  std::vector<int64_t> start(params.size() + 1, 0);
+  for (size_t i = 0; i < params.size(); ++i) start[i + 1] = start[i] + params[i].shape.numel();
+  for (int i : indices) {
+    const int64_t n = params[static_cast<size_t>(i)].shape.numel();
+    std::copy_n(flat, n, natural.begin() + start[static_cast<size_t>(i)]);
+    flat += n;
+  }
+}
+
+ActivationBytes gpt_activation_bytes(const GPTConfig& c, int64_t B, int64_t T) {
+  const auto f32 = [](int64_t elements) { return static_cast<int64_t>(CachingAllocator::round_size(static_cast<size_t>(elements) * 4)); };
+  const int64_t BT = B * T, BTC = BT * c.channels;
+  // A block's Acts: nine [B,T,C]-sized tensors (ln1, q, k, v, o, atty, x2, ln2, out), qkv
+  // [B,T,3C], fch and fch_gelu [B,T,4C], four [B,T] layernorm statistics, the lse [B,NH,T].
+  const int64_t block = 9 * f32(BTC) + f32(3 * BTC) + 2 * f32(4 * BTC) + 4 * f32(BT) + f32(B * c.heads * T);
+  ActivationBytes a;
+  a.saved = f32(BTC) /* embeddings */ + c.layers * block + f32(BTC) + 2 * f32(BT) /* ln_f */ +
+            f32(BT * c.vocab) /* logits */ + f32(BT) /* losses */;
+  a.head_backward = f32(BT * c.vocab) /* dlogits */ + 2 * f32(BTC) /* dlnf, dresidual */;
+  return a;
+}
+
+double gpt_step_flops(const GPTConfig& c, int64_t tokens, int64_t T) {
+  const double params = static_cast<double>(gpt_num_params(c));
+  // Each causal pair (query, key) costs 2 x C for the score and 2 x C for the mixing in
+  // forward, twice that in backward: 12 x C per pair per layer.
+  const double pairs_per_sequence = static_cast<double>(T) * static_cast<double>(T + 1) / 2;
+  const double sequences = static_cast<double>(tokens) / static_cast<double>(T);
+  return 6.0 * params * static_cast<double>(tokens) +
+         12.0 * static_cast<double>(c.layers * c.channels) * pairs_per_sequence * sequences;
+}
+
+// What each unit keeps from its forward for its backward. `out` is the unit's output, the
+// next unit's input; the next unit's backward frees it.
+struct GPT::Acts {
+  Tensor out;
+  Tensor ln1, mean1, rstd1, qkv, q, k, v, o, lse, atty, x2, ln2, mean2, rstd2, fch, fch_gelu;  // blocks
+  Tensor lnf, meanf, rstdf, logits, losses;                                                    // head
+};
+
+GPT::GPT(Device& dev, GPTConfig cfg, int64_t B, int64_t T)
+    : dev_(dev), cfg_(std::move(cfg)), B_(B), T_(T), params_(gpt_params(cfg_)) {
+  if (cfg_.channels % cfg_.heads != 0)
+    throw std::invalid_argument("model " + cfg_.name + ": " + std::to_string(cfg_.heads) +
+                                " heads do not divide the width " + std::to_string(cfg_.channels));
+  if (T < 1 || T > cfg_.max_T)
+    throw std::invalid_argument("model " + cfg_.name + ": sequence length " + std::to_string(T) +
+                                " is outside 1.." + std::to_string(cfg_.max_T) + " (the context)");
+  if (B < 1) throw std::invalid_argument("model " + cfg_.name + ": batch rows " + std::to_string(B) + " < 1");
+  unit_params_.resize(static_cast<size_t>(units()));
+  for (size_t i = 0; i < params_.size(); ++i) unit_params_[static_cast<size_t>(params_[i].unit)].push_back(static_cast<int>(i));
+  weights_.resize(params_.size());
+  grads_.resize(params_.size());
+  for (int u = 0; u < units(); ++u) acts_.push_back(std::make_unique<Acts>());
+}
+
+// Activations still held (a forward without its backward, the last losses) go back to the pool.
+GPT::~GPT() {
+  for (auto& a : acts_)
+    for (Tensor* t : {&a->out, &a->ln1, &a->mean1, &a->rstd1, &a->qkv, &a->q, &a->k, &a->v, &a->o, &a->lse, &a->atty,
+                      &a->x2, &a->ln2, &a->mean2, &a->rstd2, &a->fch, &a->fch_gelu, &a->lnf, &a->meanf, &a->rstdf,
+                      &a->logits, &a->losses})
+      if (t->defined()) release(*t);
+  if (dresidual_.defined()) release(dresidual_);
+}
+
+void GPT::bind_flat(const Tensor& params, const Tensor& grads) {
+  std::vector<int> all(params_.size());
+  std::iota(all.begin(), all.end(), 0);
+  bind_views(weights_, params, params_, all);
+  bind_views(grads_, grads, params_, all);
+}
+
+void GPT::set_batch(const Tensor& tokens, const Tensor& targets, float dloss) {
+  if (!(tokens.shape == Shape{B_, T_}) || !(targets.shape == Shape{B_, T_}))
+    throw std::invalid_argument("GPT::set_batch: tokens " + tokens.shape.str() + " and targets " +
+                                targets.shape.str() + " must be [" + std::to_string(B_) + ", " + std::to_string(T_) + "]");
+  tokens_ = tokens;
+  targets_ = targets;
+  dloss_ = dloss;
+}
+
+Tensor GPT::act(Shape shape, std::string_view name, Stream& s) { return dev_.empty(shape, DType::f32, s, name); }
+
+// Backward ops accumulate into their outputs, so activation gradients start at zero.
+Tensor GPT::zeros(Shape shape, std::string_view name, Stream& s) {
+  Tensor t = act(shape, name, s);
+  ops::fill(dev_, s, t, 0.0f);
+  return t;
+}
+
+const Tensor& GPT::w(int index) const {
+  const Tensor& t = weights_[static_cast<size_t>(index)];
+  if (!t.defined()) throw std::logic_error("GPT: parameter " + params_[static_cast<size_t>(index)].name + " is not bound");
+  return t;
+}
+
+void GPT::forward(int unit, Stream& s) {
+  if (unit == 0) forward_embeddings(s);
+  else if (unit <= cfg_.layers) forward_block(unit - 1, s);
+  else forward_head(s);
+}
+
+void GPT::backward(int unit, Stream& s) {
+  if (unit == 0) backward_embeddings(s);
+  else if (unit <= cfg_.layers) backward_block(unit - 1, s);
+  else backward_head(s);
+}
+
+void GPT::forward_embeddings(Stream& s) {
+  Acts& a = *acts_[0];
+  a.out = act({B_, T_, cfg_.channels}, "embeddings.out", s);
+  ops::embedding_forward(dev_, s, a.out, tokens_, w(0), w(1).view(0, {T_, cfg_.channels}));
+}
+
+void GPT::forward_block(int l, Stream& s) {
+  const int64_t C = cfg_.channels, NH = cfg_.heads, hs = C / NH, N = B_ * T_;
+  const int p = 2 + kParamsPerBlock * l;  // this block's first parameter
+  const Tensor& x = acts_[static_cast<size_t>(l)]->out;
+  Acts& a = *acts_[static_cast<size_t>(l) + 1];
+  const Tensor x2d = x.view(0, {N, C});
+
+  // Attention: x2 = x + proj(attention(ln1(x)))
+  a.ln1 = act({N, C}, "ln_1", s), a.mean1 = act({N}, "ln_1.mean", s), a.rstd1 = act({N}, "ln_1.rstd", s);
+  ops::layernorm_forward(dev_, s, a.ln1, a.mean1, a.rstd1, x2d, w(p), w(p + 1));
+  a.qkv = act({N, 3 * C}, "qkv", s);
+  ops::matmul_forward(dev_, s, a.qkv, a.ln1, w(p + 2), w(p + 3));
+  a.q = act({B_, NH, T_, hs}, "q", s), a.k = act({B_, NH, T_, hs}, "k", s), a.v = act({B_, NH, T_, hs}, "v", s);
+  ops::qkv_split(dev_, s, a.q, a.k, a.v, a.qkv.view(0, {B_, T_, 3 * C}), static_cast<int>(NH));
+  a.o = act({B_, NH, T_, hs}, "attention.out", s), a.lse = act({B_, NH, T_}, "attention.lse", s);
+  ops::attention_forward(dev_, s, a.o, a.lse, a.q, a.k, a.v, ops::AttentionMask::causal);
+  a.atty = act({N, C}, "attention.merged", s);
+  ops::heads_merge(dev_, s, a.atty.view(0, {B_, T_, C}), a.o);
+  Tensor proj = act({N, C}, "attention.proj", s);
+  ops::matmul_forward(dev_, s, proj, a.atty, w(p + 4), w(p + 5));
+  a.x2 = act({N, C}, "residual.attention", s);
+  ops::residual_forward(dev_, s, a.x2, x2d, proj);
+  release(proj);
+
+  // MLP: out = x2 + fcproj(gelu(fc(ln2(x2))))
+  a.ln2 = act({N, C}, "ln_2", s), a.mean2 = act({N}, "ln_2.mean", s), a.rstd2 = act({N}, "ln_2.rstd", s);
+  ops::layernorm_forward(dev_, s, a.ln2, a.mean2, a.rstd2, a.x2, w(p + 6), w(p + 7));
+  a.fch = act({N, 4 * C}, "mlp.fc", s);
+  ops::matmul_forward(dev_, s, a.fch, a.ln2, w(p + 8), w(p + 9));
+  a.fch_gelu = act({N, 4 * C}, "mlp.gelu", s);
+  ops::gelu_forward(dev_, s, a.fch_gelu, a.fch);
+  Tensor fcproj = act({N, C}, "mlp.proj", s);
+  ops::matmul_forward(dev_, s, fcproj, a.fch_gelu, w(p + 10), w(p + 11));
+  a.out = act({B_, T_, C}, "block.out", s);
+  ops::residual_forward(dev_, s, a.out.view(0, {N, C}), a.x2, fcproj);
+  release(fcproj);
+}
+
+void GPT::forward_head(Stream& s) {
+  const int64_t C = cfg_.channels, N = B_ * T_;
+  const int p = 2 + kParamsPerBlock * static_cast<int>(cfg_.layers);
+  const Tensor x = acts_[static_cast<size_t>(cfg_.layers)]->out.view(0, {N, C});
+  Acts& a = *acts_.back();
+  a.lnf = act({N, C}, "ln_f", s), a.meanf = act({N}, "ln_f.mean", s), a.rstdf = act({N}, "ln_f.rstd", s);
+  ops::layernorm_forward(dev_, s, a.lnf, a.meanf, a.rstdf, x, w(p), w(p + 1));
+  a.logits = act({B_, T_, cfg_.vocab}, "logits", s);
+  ops::matmul_forward(dev_, s, a.logits.view(0, {N, cfg_.vocab}), a.lnf, w(0), Tensor{});  // tied to wte
+  if (a.losses.defined()) release(a.losses);  // kept from the last step for mean_loss
+  a.losses = act({B_, T_}, "losses", s);
+  ops::crossentropy_forward(dev_, s, a.losses, a.logits, targets_);
+}
+
+void GPT::backward_head(Stream& s) {
+  const int64_t C = cfg_.channels, N = B_ * T_;
+  const int p = 2 + kParamsPerBlock * static_cast<int>(cfg_.layers);
+  Acts& a = *acts_.back();
+  Acts& in = *acts_[static_cast<size_t>(cfg_.layers)];
+  Tensor dlogits = act({B_, T_, cfg_.vocab}, "dlogits", s);
+  ops::crossentropy_backward(dev_, s, dlogits, a.logits, targets_, dloss_);
+  Tensor dlnf = zeros({N, C}, "dlnf", s);
+  ops::matmul_backward(dev_, s, dlnf, grads_[0], Tensor{}, dlogits.view(0, {N, cfg_.vocab}), a.lnf, w(0));
+  // The residual stream's gradient starts here and flows back through every block.
+  dresidual_ = zeros({B_, T_, C}, "dresidual", s);
+  ops::layernorm_backward(dev_, s, dresidual_.view(0, {N, C}), grads_[static_cast<size_t>(p)],
+                          grads_[static_cast<size_t>(p) + 1], dlnf, in.out.view(0, {N, C}), w(p), a.meanf, a.rstdf);
+  for (Tensor* t : {&dlogits, &dlnf, &a.lnf, &a.meanf, &a.rstdf, &a.logits, &in.out}) release(*t);
+}
+
+void GPT::backward_block(int l, Stream& s) {
+  const int64_t C = cfg_.channels, NH = cfg_.heads, hs = C / NH, N = B_ * T_;
+  const size_t p = 2 + kParamsPerBlock * static_cast<size_t>(l);
+  const auto g = [&](size_t i) -> const Tensor& { return grads_[p + i]; };
+  Acts& a = *acts_[static_cast<size_t>(l) + 1];
+  Acts& in = *acts_[static_cast<size_t>(l)];
+  const Tensor dres = dresidual_.view(0, {N, C});  // d(out) on entry, d(x) on exit
+
+  // MLP, backwards. The residual passes dres straight through to x2; the branch adds to it.
+  Tensor dgelu = zeros({N, 4 * C}, "dgelu", s);
+  ops::matmul_backward(dev_, s, dgelu, g(10), g(11), dres, a.fch_gelu, w(static_cast<int>(p) + 10));
+  Tensor dfch = zeros({N, 4 * C}, "dfch", s);
+  ops::gelu_backward(dev_, s, dfch, a.fch, dgelu);
+  Tensor dln2 = zeros({N, C}, "dln2", s);
+  ops::matmul_backward(dev_, s, dln2, g(8), g(9), dfch, a.ln2, w(static_cast<int>(p) + 8));
+  ops::layernorm_backward(dev_, s, dres, g(6), g(7), dln2, a.x2, w(static_cast<int>(p) + 6), a.mean2, a.rstd2);
+
+  // Attention, backwards: dres is now d(x2).
+  Tensor datty = zeros({N, C}, "datty", s);
+  ops::matmul_backward(dev_, s, datty, g(4), g(5), dres, a.atty, w(static_cast<int>(p) + 4));
+  Tensor d_o = zeros({B_, NH, T_, hs}, "d_o", s);
+  ops::heads_merge_backward(dev_, s, d_o, datty.view(0, {B_, T_, C}));
+  Tensor dq = zeros({B_, NH, T_, hs}, "dq", s);
+  Tensor dk = zeros({B_, NH, T_, hs}, "dk", s);
+  Tensor dv = zeros({B_, NH, T_, hs}, "dv", s);
+  ops::attention_backward(dev_, s, dq, dk, dv, d_o, a.q, a.k, a.v, a.o, a.lse, ops::AttentionMask::causal);
+  Tensor dqkv = zeros({N, 3 * C}, "dqkv", s);
+  ops::qkv_split_backward(dev_, s, dqkv.view(0, {B_, T_, 3 * C}), dq, dk, dv, static_cast<int>(NH));
+  Tensor dln1 = zeros({N, C}, "dln1", s);
+  ops::matmul_backward(dev_, s, dln1, g(2), g(3), dqkv, a.ln1, w(static_cast<int>(p) + 2));
+  ops::layernorm_backward(dev_, s, dres, g(0), g(1), dln1, in.out.view(0, {N, C}), w(static_cast<int>(p)), a.mean1,
+                          a.rstd1);
+
+  for (Tensor* t : {&dgelu, &dfch, &dln2, &datty, &d_o, &dq, &dk, &dv, &dqkv, &dln1, &a.ln1, &a.mean1, &a.rstd1,
+                    &a.qkv, &a.q, &a.k, &a.v, &a.o, &a.lse, &a.atty, &a.x2, &a.ln2, &a.mean2, &a.rstd2, &a.fch,
+                    &a.fch_gelu, &in.out})
+    release(*t);
+}
+
+void GPT::backward_embeddings(Stream& s) {
+  ops::embedding_backward(dev_, s, grads_[0], grads_[1].view(0, {T_, cfg_.channels}), dresidual_, tokens_);
+  release(dresidual_);
+}
+
+double GPT::mean_loss(Stream& s) {
+  const Tensor& losses = acts_.back()->losses;
+  if (!losses.defined()) throw std::logic_error("GPT::mean_loss: run the head's forward first");
+  if (!dev_.computes()) return std::nan("");
+  Tensor host = dev_.host_empty(losses.shape, DType::f32, "losses (host)");
+  dev_.memcpy(s, host, losses);
+  dev_.synchronize(s);
+  double sum = 0;
+  const int64_t n = host.numel();
+  for (int64_t i = 0; i < n; ++i) sum += host.f32()[i];
+  dev_.host_free(host);
+  return sum / static_cast<double>(n);
+}
+
+}  // namespace shardlab

@@ -1,0 +1,586 @@
+#include "model/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda/kernels.h"
+
+namespace shardlab::ops {
+namespace {
+
+[[noreturn]] void fail(const char* op, const std::string& why) {
+  throw std::invalid_argument(std::string(op) + ": " + why);
+}
+
+void require_f32(const Tensor& t, const char* op) {
+  if (t.dtype != DType::f32)
+    throw std::invalid_argument(std::string(op) + ": only f32 tensors, got " + std::string(dtype_name(t.dtype)));
+}
+
+void require_f32(const char* op, std::initializer_list<Tensor> ts) {
+  for (const Tensor& t : ts) require_f32(t, op);
+}
+
+void require_i32(const Tensor& t, const char* op, const char* name) {
+  if (t.dtype != DType::i32) fail(op, std::string(name) + " must be i32, got " + std::string(dtype_name(t.dtype)));
+}
+
+void require_shape(const Tensor& t, const Shape& want, const char* op, const char* name) {
+  if (!(t.shape == want)) fail(op, std::string(name) + " is " + t.shape.str() + ", expected " + want.str());
+}
+
+void require_numel(const Tensor& t, int64_t n, const char* op, const char* name) {
+  if (t.numel() != n)
+    fail(op, std::string(name) + " is " + t.shape.str() + ", expected " + std::to_string(n) + " elements");
+}
+
+// The length of t's rows: its last dimension.
+int64_t last_dim(const Tensor& t, const char* op, const char* name) {
+  if (t.shape.ndim == 0) fail(op, std::string(name) + " has no dimensions");
+  return t.shape[t.shape.ndim - 1];
+}
+
+// t's shape with the last dimension replaced by n ([.., C] -> [.., n]).
+Shape with_last_dim(Shape shape, int64_t n) {
+  shape.dims[shape.ndim - 1] = n;
+  return shape;
+}
+
+// A kernel whose device traffic is every tensor it touches moved once: a gradient it
+// accumulates into is both read and written, so it counts twice.
+Kernel kernel(std::string_view name, double flops, KernelClass cls, std::vector<Access> accesses) {
+  double bytes = 0;
+  for (const Access& a : accesses) bytes += static_cast<double>(a.tensor.bytes());
+  return {name, flops, bytes, DType::f32, cls, std::move(accesses)};
+}
+
+// ---- The matmul core: c[M, N] += a[M, K] @ b[K, N], c row-major with row stride ldc.
+//
+// a and b are strided views, so the three products of a linear layer need no transposed copies:
+// out = inp @ weight^T reads weight [OC, C] as a [C, OC] matrix with strides (1, C).
+// The loops follow BLIS/GotoBLAS: a kKC-deep slice of b, kNC columns wide, is packed into panels
+// of kNR columns (k-major, so the kernel reads them contiguously; it stays in L2), a kMC-row block
+// of a into panels of kMR rows (L2 too); the micro-kernel keeps a kMR x kNR block of c in registers
+// (4 x 8 floats = 8 SSE registers) while it walks the shared k dimension, so each loaded value
+// feeds several multiply-adds and the innermost j loop is a contiguous, vectorized axpy.
+// Edges are zero-padded in the packed panels; a partial c block goes through a small tile.
+struct Strided {
+  const float* p;
+  int64_t row_stride, col_stride;
+  float at(int64_t r, int64_t c) const { return p[r * row_stride + c * col_stride]; }
+};
+
+constexpr int64_t kMR = 4, kNR = 8;                // register block of c
+constexpr int64_t kKC = 256, kMC = 64, kNC = 512;  // cache blocks (k depth, rows of a, columns of b)
+
+// dst[panel][k][x] = src(k0 + k, x0 + panel * width + x) for k < kc, x < xc, zero past xc.
+void pack_panels(float* dst, Strided src, int64_t k0, int64_t kc, int64_t x0, int64_t xc, int64_t width) {
+  for (int64_t xp = 0; xp < xc; xp += width, dst += kc * width)
+    for (int64_t k = 0; k < kc; ++k)
+      for (int64_t x = 0; x < width; ++x) dst[k * width + x] = xp + x < xc ? src.at(k0 + k, x0 + xp + x) : 0.0f;
+}
+
+// c[kMR, kNR] += ap[kc][kMR] (as columns of a) times bp[kc][kNR].
+void micro_kernel(int64_t kc, const float* ap, const float* bp, float* c, int64_t ldc) {
+  float acc[kMR][kNR] = {};
+  for (int64_t k = 0; k < kc; ++k)
+    for (int64_t i = 0; i < kMR; ++i)
+      for (int64_t j = 0; j < kNR; ++j) acc[i][j] += ap[k * kMR + i] * bp[k * kNR + j];
+  for (int64_t i = 0; i < kMR; ++i)
+    for (int64_t j = 0; j < kNR; ++j) c[i * ldc + j] += acc[i][j];
+}
+
+void gemm(int64_t M, int64_t N, int64_t K, Strided a, Strided b, float* c, int64_t ldc) {
+  const Strided a_t{a.p, a.col_stride, a.row_stride};  // a read as (k, i), the way pack_panels walks it
+  std::vector<float> bp(static_cast<size_t>(std::min(K, kKC) * ((std::min(N, kNC) + kNR - 1) / kNR * kNR)));
+  std::vector<float> ap(static_cast<size_t>(std::min(K, kKC) * ((std::min(M, kMC) + kMR - 1) / kMR * kMR)));
+  for (int64_t j0 = 0; j0 < N; j0 += kNC) {
+    const int64_t nc = std::min(kNC, N - j0);
+    for (int64_t k0 = 0; k0 < K; k0 += kKC) {
+      const int64_t kc = std::min(kKC, K - k0);
+      pack_panels(bp.data(), b, k0, kc, j0, nc, kNR);
+      for (int64_t i0 = 0; i0 < M; i0 += kMC) {
+        const int64_t mc = std::min(kMC, M - i0);
+        pack_panels(ap.data(), a_t, k0, kc, i0, mc, kMR);
+        for (int64_t jp = 0; jp < nc; jp += kNR)
+          for (int64_t ip = 0; ip < mc; ip += kMR) {
+            const float* a_panel = &ap[static_cast<size_t>(ip * kc)];
+            const float* b_panel = &bp[static_cast<size_t>(jp * kc)];
+            float* cb = c + (i0 + ip) * ldc + j0 + jp;
+            if (ip + kMR <= mc && jp + kNR <= nc) {
+              micro_kernel(kc, a_panel, b_panel, cb, ldc);
+              continue;
+            }
+            float tile[kMR * kNR] = {};
+            micro_kernel(kc, a_panel, b_panel, tile, kNR);
+            for (int64_t i = 0; i < std::min(kMR, mc - ip); ++i)
+              for (int64_t j = 0; j < std::min(kNR, nc - jp); ++j) cb[i * ldc + j] += tile[i * kNR + j];
+          }
+      }
+    }
+  }
+}
+
+// ---- shared pieces of the row-wise ops
+
+// Calls fn(position, t, token) for every position of a [B, T] token tensor, after checking the
+// token indexes a row of a [V, ..] table (a bad id would read outside it on a real GPU too).
+template <typename Fn>
+void for_each_token(const char* op, const Tensor& tokens, int64_t B, int64_t T, int64_t V, Fn fn) {
+  const int32_t* tok = tokens.i32();
+  for (int64_t bt = 0; bt < B * T; ++bt) {
+    if (tok[bt] < 0 || tok[bt] >= V)
+      throw std::out_of_range(std::string(op) + ": id " + std::to_string(tok[bt]) + " at position " +
+                              std::to_string(bt) + " outside [0, " + std::to_string(V) + ")");
+    fn(bt, bt % T, static_cast<int64_t>(tok[bt]));
+  }
+}
+
+void check_embedding(const char* op, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
+  require_f32(op, {out, wte, wpe});
+  require_i32(tokens, op, "tokens");
+  if (out.shape.ndim != 3 || wte.shape.ndim != 2 || wpe.shape.ndim != 2)
+    fail(op, "expected out [B, T, C], wte [V, C], wpe [maxT, C], got " + out.shape.str() + ", " + wte.shape.str() +
+                 ", " + wpe.shape.str());
+  const int64_t B = out.shape[0], T = out.shape[1], C = out.shape[2];
+  require_shape(tokens, {B, T}, op, "tokens");
+  require_shape(wte, {wte.shape[0], C}, op, "wte");
+  if (wpe.shape[1] != C || wpe.shape[0] < T)
+    fail(op, "wpe is " + wpe.shape.str() + ", expected [>= " + std::to_string(T) + ", " + std::to_string(C) + "]");
+}
+
+// Rows [N, C] of a layernorm with its saved statistics and parameters.
+void check_layernorm(const char* op, const Tensor& inp, const Tensor& mean, const Tensor& rstd, const Tensor& weight,
+                     const Tensor& bias) {
+  require_f32(op, {inp, mean, rstd, weight, bias});
+  const int64_t C = last_dim(inp, op, "inp");
+  require_numel(mean, inp.numel() / std::max<int64_t>(C, 1), op, "mean");
+  require_numel(rstd, mean.numel(), op, "rstd");
+  require_numel(weight, C, op, "weight");
+  require_numel(bias, C, op, "bias");
+}
+
+// out [.., OC] = inp [.., C] @ weight [OC, C]^T (+ bias [OC]).
+void check_matmul(const char* op, const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
+  require_f32(op, {out, inp, weight});
+  if (weight.shape.ndim != 2) fail(op, "weight is " + weight.shape.str() + ", expected [OC, C]");
+  const int64_t OC = weight.shape[0], C = weight.shape[1];
+  if (last_dim(inp, op, "inp") != C)
+    fail(op, "inp " + inp.shape.str() + " does not match weight " + weight.shape.str() + " (want [.., C])");
+  require_shape(out, with_last_dim(inp.shape, OC), op, "out");
+  if (bias.defined()) {
+    require_f32(bias, op);
+    require_numel(bias, OC, op, "bias");
+  }
+}
+
+// logits [.., V] with one i32 target per row.
+void check_crossentropy(const char* op, const Tensor& logits, const Tensor& targets) {
+  require_f32(logits, op);
+  require_i32(targets, op, "targets");
+  const int64_t V = last_dim(logits, op, "logits");
+  require_numel(targets, logits.numel() / std::max<int64_t>(V, 1), op, "targets");
+}
+
+float row_max(const float* x, int64_t n) {
+  float m = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  return m;
+}
+
+int64_t target_of(const char* op, const int32_t* targets, int64_t row, int64_t V) {
+  const int32_t t = targets[row];
+  if (t < 0 || t >= V)
+    throw std::out_of_range(std::string(op) + ": target " + std::to_string(t) + " at row " + std::to_string(row) +
+                            " outside [0, " + std::to_string(V) + ")");
+  return t;
+}
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+constexpr float kGeluCube = 0.044715f;
+
+}  // namespace
+
+void fill(Device& dev, Stream& s, const Tensor& t, float value) {
+  require_f32(t, "fill");
+  const int64_t n = t.numel();
+  dev.launch(s, {"fill", 0, 4.0 * static_cast<double>(n), DType::f32, KernelClass::elementwise, {writes(t)}}, [=] {
+    float* p = t.f32();
+    for (int64_t i = 0; i < n; ++i) p[i] = value;
+  }, SHARDLAB_ON_CUDA(cuda::fill(t.f32(), n, value, stream)));
+}
+
+// dst = src, byte for byte (any dtype): one read and one write of the tensor.
+void copy(Device& dev, Stream& s, const Tensor& dst, const Tensor& src) {
+  if (dst.numel() != src.numel() || dst.dtype != src.dtype)
+    fail("copy", "dst " + dst.shape.str() + " " + std::string(dtype_name(dst.dtype)) + " and src " + src.shape.str() +
+                     " " + std::string(dtype_name(src.dtype)) + " differ");
+  dev.launch(s, kernel("copy", 0, KernelClass::elementwise, {reads(src), writes(dst)}),
+             [=] { std::memcpy(dst.data, src.data, src.bytes()); },
+             SHARDLAB_ON_CUDA(cuda::copy(dst.data, src.data, src.bytes(), stream)));
+}
+
+void add_(Device& dev, Stream& s, const Tensor& dst, const Tensor& src) {
+  require_f32(dst, "add_");
+  require_f32(src, "add_");
+  if (dst.numel() != src.numel())
+    throw std::invalid_argument("add_: " + dst.shape.str() + " += " + src.shape.str() + ": sizes differ");
+  const int64_t n = dst.numel();
+  // One FLOP and three 4-byte accesses (read both, write one) per element.
+  dev.launch(s, {"add_", static_cast<double>(n), 12.0 * static_cast<double>(n), DType::f32, KernelClass::elementwise,
+                 {reads(src), reads(dst), writes(dst)}},
+             [=] {
+               float* d = dst.f32();
+               const float* a = src.f32();
+               for (int64_t i = 0; i < n; ++i) d[i] += a[i];
+             },
+             SHARDLAB_ON_CUDA(cuda::add_(dst.f32(), src.f32(), n, stream)));
+}
+
+void scale_(Device& dev, Stream& s, const Tensor& t, float factor) {
+  require_f32(t, "scale_");
+  const int64_t n = t.numel();
+  dev.launch(s, {"scale_", static_cast<double>(n), 8.0 * static_cast<double>(n), DType::f32, KernelClass::elementwise,
+                 {reads(t), writes(t)}},
+             [=] {
+               float* p = t.f32();
+               for (int64_t i = 0; i < n; ++i) p[i] *= factor;
+             },
+             SHARDLAB_ON_CUDA(cuda::scale_(t.f32(), n, factor, stream)));
+}
+
+// out = a + b: the residual stream of a transformer block (x + attn(ln(x))). Its backward is
+// the identity on both inputs, which the caller does by accumulating the same gradient twice.
+void residual_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& a, const Tensor& b) {
+  require_f32("residual_forward", {out, a, b});
+  if (a.numel() != out.numel() || b.numel() != out.numel())
+    fail("residual_forward", out.shape.str() + " = " + a.shape.str() + " + " + b.shape.str() + ": sizes differ");
+  const int64_t n = out.numel();
+  dev.launch(s, kernel("residual_forward", static_cast<double>(n), KernelClass::elementwise,
+                       {reads(a), reads(b), writes(out)}),
+             [=] {
+               float* o = out.f32();
+               const float* x = a.f32();
+               const float* y = b.f32();
+               for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
+             },
+             SHARDLAB_ON_CUDA(cuda::residual_forward(out.f32(), a.f32(), b.f32(), n, stream)));
+}
+
+// out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]: a token's vector plus its position's. Only the
+// gathered rows of wte move, so the traffic is B*T rows of it, not all V.
+void embedding_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& tokens, const Tensor& wte,
+                       const Tensor& wpe) {
+  check_embedding("embedding_forward", out, tokens, wte, wpe);
+  const int64_t B = out.shape[0], T = out.shape[1], C = out.shape[2], V = wte.shape[0];
+  Kernel k = kernel("embedding_forward", static_cast<double>(B * T * C), KernelClass::elementwise,
+                    {reads(tokens), reads(wte), reads(wpe), writes(out)});
+  k.bytes = static_cast<double>(tokens.bytes() + out.bytes()) + 4.0 * static_cast<double>((B * T + T) * C);
+  dev.launch(s, k, [=] {
+    for_each_token("embedding_forward", tokens, B, T, V, [&](int64_t bt, int64_t t, int64_t ix) {
+      float* o = out.f32() + bt * C;
+      const float* w = wte.f32() + ix * C;
+      const float* p = wpe.f32() + t * C;
+      for (int64_t i = 0; i < C; ++i) o[i] = w[i] + p[i];
+    });
+  }, SHARDLAB_ON_CUDA(cuda::embedding_forward(out.f32(), tokens.i32(), wte.f32(), wpe.f32(), B, T, C, V, stream)));
+}
+
+// The gradient of a gather is a scatter-add: each position's dout goes to its token's row of
+// dwte and its position's row of dwpe (a token seen twice gets both contributions).
+void embedding_backward(Device& dev, Stream& s, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                        const Tensor& tokens) {
+  check_embedding("embedding_backward", dout, tokens, dwte, dwpe);
+  const int64_t B = dout.shape[0], T = dout.shape[1], C = dout.shape[2], V = dwte.shape[0];
+  Kernel k = kernel("embedding_backward", 2.0 * static_cast<double>(B * T * C), KernelClass::elementwise,
+                    {reads(dout), reads(tokens), reads(dwte), reads(dwpe), writes(dwte), writes(dwpe)});
+  k.bytes = static_cast<double>(tokens.bytes() + dout.bytes()) + 8.0 * static_cast<double>((B * T + T) * C);
+  dev.launch(s, k, [=] {
+    for_each_token("embedding_backward", tokens, B, T, V, [&](int64_t bt, int64_t t, int64_t ix) {
+      const float* d = dout.f32() + bt * C;
+      float* w = dwte.f32() + ix * C;
+      float* p = dwpe.f32() + t * C;
+      for (int64_t i = 0; i < C; ++i) {
+        w[i] += d[i];
+        p[i] += d[i];
+      }
+    });
+  }, SHARDLAB_ON_CUDA(cuda::embedding_backward(dwte.f32(), dwpe.f32(), dout.f32(), tokens.i32(), B, T, C, V, stream)));
+}
+
+// Per row: out = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + 1e-5) with the biased
+// variance (divide by C, as PyTorch). mean and rstd are saved so backward need not recompute them.
+// FLOPs per element: 1 for the mean, 3 for the variance, 4 for the output.
+void layernorm_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& mean, const Tensor& rstd,
+                       const Tensor& inp, const Tensor& weight, const Tensor& bias) {
+  check_layernorm("layernorm_forward", inp, mean, rstd, weight, bias);
+  require_f32(out, "layernorm_forward");
+  require_shape(out, inp.shape, "layernorm_forward", "out");
+  const int64_t C = weight.numel(), N = mean.numel();
+  dev.launch(s, kernel("layernorm_forward", 8.0 * static_cast<double>(N * C), KernelClass::elementwise,
+                       {reads(inp), reads(weight), reads(bias), writes(out), writes(mean), writes(rstd)}),
+             [=] {
+               const float* w = weight.f32();
+               const float* b = bias.f32();
+               for (int64_t n = 0; n < N; ++n) {
+                 const float* x = inp.f32() + n * C;
+                 float* o = out.f32() + n * C;
+                 float m = 0.0f;
+                 for (int64_t i = 0; i < C; ++i) m += x[i];
+                 m /= static_cast<float>(C);
+                 float var = 0.0f;
+                 for (int64_t i = 0; i < C; ++i) var += (x[i] - m) * (x[i] - m);
+                 var /= static_cast<float>(C);
+                 const float rs = 1.0f / std::sqrt(var + 1e-5f);
+                 for (int64_t i = 0; i < C; ++i) o[i] = (x[i] - m) * rs * w[i] + b[i];
+                 mean.f32()[n] = m;
+                 rstd.f32()[n] = rs;
+               }
+             },
+             SHARDLAB_ON_CUDA(cuda::layernorm_forward(out.f32(), mean.f32(), rstd.f32(), inp.f32(), weight.f32(),
+                                                      bias.f32(), N, C, stream)));
+}
+
+// With norm = (x - mean) * rstd and dnorm = weight * dout (as in llm.c):
+//   dbias += dout, dweight += norm * dout,
+//   dinp += rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)),
+// the two means over the row being the gradient through mean and rstd. FLOPs per element: 6 for
+// the two means, 13 for the three gradients (norm is recomputed rather than stored).
+void layernorm_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
+                        const Tensor& dout, const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd) {
+  check_layernorm("layernorm_backward", inp, mean, rstd, weight, dbias);
+  require_f32("layernorm_backward", {dinp, dweight, dout});
+  require_shape(dinp, inp.shape, "layernorm_backward", "dinp");
+  require_shape(dout, inp.shape, "layernorm_backward", "dout");
+  require_numel(dweight, weight.numel(), "layernorm_backward", "dweight");
+  const int64_t C = weight.numel(), N = mean.numel();
+  dev.launch(s, kernel("layernorm_backward", 19.0 * static_cast<double>(N * C), KernelClass::elementwise,
+                       {reads(dout), reads(inp), reads(weight), reads(mean), reads(rstd), reads(dinp),
+                        reads(dweight), reads(dbias), writes(dinp), writes(dweight), writes(dbias)}),
+             [=] {
+               const float* w = weight.f32();
+               float* dw = dweight.f32();
+               float* db = dbias.f32();
+               for (int64_t n = 0; n < N; ++n) {
+                 const float* x = inp.f32() + n * C;
+                 const float* dy = dout.f32() + n * C;
+                 float* dx = dinp.f32() + n * C;
+                 const float m = mean.f32()[n], rs = rstd.f32()[n];
+                 float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+                 for (int64_t i = 0; i < C; ++i) {
+                   const float dnorm = w[i] * dy[i];
+                   dnorm_mean += dnorm;
+                   dnorm_norm_mean += dnorm * (x[i] - m) * rs;
+                 }
+                 dnorm_mean /= static_cast<float>(C);
+                 dnorm_norm_mean /= static_cast<float>(C);
+                 for (int64_t i = 0; i < C; ++i) {
+                   db[i] += dy[i];
+                   dw[i] += (x[i] - m) * rs * dy[i];
+                 }
+                 for (int64_t i = 0; i < C; ++i)
+                   dx[i] += (w[i] * dy[i] - dnorm_mean - (x[i] - m) * rs * dnorm_norm_mean) * rs;
+               }
+             },
+             SHARDLAB_ON_CUDA(cuda::layernorm_backward(dinp.f32(), dweight.f32(), dbias.f32(), dout.f32(), inp.f32(),
+                                                       weight.f32(), mean.f32(), rstd.f32(), N, C, stream)));
+}
+
+// out[N, OC] = inp[N, C] @ weight[OC, C]^T + bias: out starts as the bias (or zero) and the
+// blocked gemm accumulates the 2*N*C*OC FLOPs of the product into it.
+void matmul_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& inp, const Tensor& weight,
+                    const Tensor& bias) {
+  check_matmul("matmul_forward", out, inp, weight, bias);
+  const int64_t OC = weight.shape[0], C = weight.shape[1], N = inp.numel() / std::max<int64_t>(C, 1);
+  std::vector<Access> acc{reads(inp), reads(weight), writes(out)};
+  if (bias.defined()) acc.push_back(reads(bias));
+  dev.launch(s, kernel("matmul_forward", 2.0 * static_cast<double>(N * C * OC), KernelClass::matmul, std::move(acc)),
+             [=] {
+               float* o = out.f32();
+               for (int64_t n = 0; n < N; ++n) {
+                 if (bias.defined())
+                   std::copy_n(bias.f32(), OC, o + n * OC);
+                 else
+                   std::fill_n(o + n * OC, OC, 0.0f);
+               }
+               gemm(N, OC, C, {inp.f32(), C, 1}, {weight.f32(), 1, C}, o, OC);
+             },
+             SHARDLAB_ON_CUDA(cuda::matmul_forward(out.f32(), inp.f32(), weight.f32(),
+                                                   bias.defined() ? bias.f32() : nullptr, N, C, OC, stream)));
+}
+
+// The two products of a linear layer's backward, as two kernels (the trace shows both):
+//   dinp[N, C]     += dout[N, OC] @ weight[OC, C]
+//   dweight[OC, C] += dout^T[OC, N] @ inp[N, C],  dbias[OC] += column sums of dout (N*OC FLOPs).
+// Both read the operands in place through strides; the gemm accumulates into the gradients.
+void matmul_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
+                     const Tensor& dout, const Tensor& inp, const Tensor& weight) {
+  check_matmul("matmul_backward", dout, inp, weight, dbias);
+  require_f32("matmul_backward", {dinp, dweight});
+  require_shape(dinp, inp.shape, "matmul_backward", "dinp");
+  require_shape(dweight, weight.shape, "matmul_backward", "dweight");
+  const int64_t OC = weight.shape[0], C = weight.shape[1], N = inp.numel() / std::max<int64_t>(C, 1);
+  const double flops = 2.0 * static_cast<double>(N * C * OC);
+  dev.launch(s, kernel("matmul_backward_input", flops, KernelClass::matmul,
+                       {reads(dout), reads(weight), reads(dinp), writes(dinp)}),
+             [=] { gemm(N, C, OC, {dout.f32(), OC, 1}, {weight.f32(), C, 1}, dinp.f32(), C); },
+             SHARDLAB_ON_CUDA(cuda::matmul_backward_input(dinp.f32(), dout.f32(), weight.f32(), N, C, OC, stream)));
+  std::vector<Access> acc{reads(dout), reads(inp), reads(dweight), writes(dweight)};
+  if (dbias.defined()) {
+    acc.push_back(reads(dbias));
+    acc.push_back(writes(dbias));
+  }
+  dev.launch(s, kernel("matmul_backward_weight", flops + (dbias.defined() ? static_cast<double>(N * OC) : 0.0),
+                       KernelClass::matmul, std::move(acc)),
+             [=] {
+               gemm(OC, C, N, {dout.f32(), 1, OC}, {inp.f32(), C, 1}, dweight.f32(), C);
+               if (!dbias.defined()) return;
+               float* db = dbias.f32();
+               const float* dy = dout.f32();
+               for (int64_t n = 0; n < N; ++n)
+                 for (int64_t j = 0; j < OC; ++j) db[j] += dy[n * OC + j];
+             },
+             SHARDLAB_ON_CUDA(cuda::matmul_backward_weight(dweight.f32(), dbias.defined() ? dbias.f32() : nullptr,
+                                                           dout.f32(), inp.f32(), N, C, OC, stream)));
+}
+
+// GPT-2's GELU, the tanh approximation: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+// About 10 FLOPs per element, the tanh counted as one.
+void gelu_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& inp) {
+  require_f32("gelu_forward", {out, inp});
+  require_shape(out, inp.shape, "gelu_forward", "out");
+  const int64_t n = inp.numel();
+  dev.launch(s, kernel("gelu_forward", 10.0 * static_cast<double>(n), KernelClass::elementwise,
+                       {reads(inp), writes(out)}),
+             [=] {
+               const float* x = inp.f32();
+               float* o = out.f32();
+               for (int64_t i = 0; i < n; ++i) {
+                 const float u = kGeluScale * (x[i] + kGeluCube * x[i] * x[i] * x[i]);
+                 o[i] = 0.5f * x[i] * (1.0f + std::tanh(u));
+               }
+             },
+             SHARDLAB_ON_CUDA(cuda::gelu_forward(out.f32(), inp.f32(), n, stream)));
+}
+
+// d/dx of 0.5 x (1 + tanh u), u = sqrt(2/pi) (x + 0.044715 x^3):
+//   0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2);  dinp += that * dout.
+// About 20 FLOPs per element.
+void gelu_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
+  require_f32("gelu_backward", {dinp, inp, dout});
+  require_shape(dinp, inp.shape, "gelu_backward", "dinp");
+  require_shape(dout, inp.shape, "gelu_backward", "dout");
+  const int64_t n = inp.numel();
+  dev.launch(s, kernel("gelu_backward", 20.0 * static_cast<double>(n), KernelClass::elementwise,
+                       {reads(inp), reads(dout), reads(dinp), writes(dinp)}),
+             [=] {
+               const float* x = inp.f32();
+               const float* dy = dout.f32();
+               float* dx = dinp.f32();
+               for (int64_t i = 0; i < n; ++i) {
+                 const float x2 = x[i] * x[i];
+                 const float th = std::tanh(kGeluScale * (x[i] + kGeluCube * x2 * x[i]));
+                 const float sech2 = 1.0f - th * th;
+                 const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x2);
+                 const float grad = 0.5f * (1.0f + th) + 0.5f * x[i] * sech2 * du;
+                 dx[i] += grad * dy[i];
+               }
+             },
+             SHARDLAB_ON_CUDA(cuda::gelu_backward(dinp.f32(), inp.f32(), dout.f32(), n, stream)));
+}
+
+// loss = -log softmax(x)[target] = log(sum_j exp(x_j - max)) + max - x_target. Subtracting the
+// row max keeps every exp <= 1, so large logits cannot overflow. About 3 FLOPs per logit.
+void crossentropy_forward(Device& dev, Stream& s, const Tensor& losses, const Tensor& logits, const Tensor& targets) {
+  check_crossentropy("crossentropy_forward", logits, targets);
+  require_f32(losses, "crossentropy_forward");
+  require_numel(losses, targets.numel(), "crossentropy_forward", "losses");
+  const int64_t V = last_dim(logits, "crossentropy_forward", "logits"), N = targets.numel();
+  dev.launch(s, kernel("crossentropy_forward", 3.0 * static_cast<double>(N * V), KernelClass::elementwise,
+                       {reads(logits), reads(targets), writes(losses)}),
+             [=] {
+               for (int64_t n = 0; n < N; ++n) {
+                 const float* x = logits.f32() + n * V;
+                 const int64_t t = target_of("crossentropy_forward", targets.i32(), n, V);
+                 const float mx = row_max(x, V);
+                 float sum = 0.0f;
+                 for (int64_t i = 0; i < V; ++i) sum += std::exp(x[i] - mx);
+                 losses.f32()[n] = std::log(sum) + mx - x[t];
+               }
+             },
+             SHARDLAB_ON_CUDA(cuda::crossentropy_forward(losses.f32(), logits.f32(), targets.i32(), N, V, stream)));
+}
+
+// dlogits = (softmax(x) - onehot(target)) * dloss, written. The row's exps are stored in dlogits
+// first and normalized in place, so each is computed once. About 4 FLOPs per logit.
+void crossentropy_backward(Device& dev, Stream& s, const Tensor& dlogits, const Tensor& logits,
+                           const Tensor& targets, float dloss) {
+  check_crossentropy("crossentropy_backward", logits, targets);
+  require_f32(dlogits, "crossentropy_backward");
+  require_shape(dlogits, logits.shape, "crossentropy_backward", "dlogits");
+  const int64_t V = last_dim(logits, "crossentropy_backward", "logits"), N = targets.numel();
+  dev.launch(s, kernel("crossentropy_backward", 4.0 * static_cast<double>(N * V), KernelClass::elementwise,
+                       {reads(logits), reads(targets), writes(dlogits)}),
+             [=] {
+               for (int64_t n = 0; n < N; ++n) {
+                 const float* x = logits.f32() + n * V;
+                 float* dx = dlogits.f32() + n * V;
+                 const int64_t t = target_of("crossentropy_backward", targets.i32(), n, V);
+                 const float mx = row_max(x, V);
+                 float sum = 0.0f;
+                 for (int64_t i = 0; i < V; ++i) {
+                   dx[i] = std::exp(x[i] - mx);
+                   sum += dx[i];
+                 }
+                 const float scale = dloss / sum;
+                 for (int64_t i = 0; i < V; ++i) dx[i] *= scale;
+                 dx[t] -= dloss;
+               }
+             },
+             SHARDLAB_ON_CUDA(cuda::crossentropy_backward(dlogits.f32(), logits.f32(), targets.i32(), N, V, dloss,
+                                                          stream)));
+}
+
+// torch.optim.AdamW, step t (from 1), in PyTorch's order: decay first, then the Adam step.
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2          (moment estimates)
+//   mhat = m / (1 - b1^t);  vhat = v / (1 - b2^t)            (bias correction for the zero start)
+//   p = p (1 - lr wd) - lr mhat / (sqrt(vhat) + eps)
+// About 15 FLOPs per element; reads p, g, m, v and writes p, m, v.
+void adamw(Device& dev, Stream& s, const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
+           int64_t t, const AdamW& hp) {
+  require_f32("adamw", {params, grads, m, v});
+  if (grads.numel() != params.numel() || m.numel() != params.numel() || v.numel() != params.numel())
+    fail("adamw", "params " + params.shape.str() + ", grads " + grads.shape.str() + ", m " + m.shape.str() + ", v " +
+                      v.shape.str() + ": sizes differ");
+  if (t < 1) fail("adamw", "step " + std::to_string(t) + ", steps count from 1");
+  const int64_t n = params.numel();
+  const float b1 = hp.beta1, b2 = hp.beta2, lr = hp.lr, eps = hp.eps;
+  const float decay = 1.0f - hp.lr * hp.weight_decay;
+  const float b1_corr = static_cast<float>(1.0 - std::pow(static_cast<double>(b1), static_cast<double>(t)));
+  const float b2_corr = static_cast<float>(1.0 - std::pow(static_cast<double>(b2), static_cast<double>(t)));
+  dev.launch(s, kernel("adamw", 15.0 * static_cast<double>(n), KernelClass::elementwise,
+                       {reads(params), reads(grads), reads(m), reads(v), writes(params), writes(m), writes(v)}),
+             [=] {
+               float* p = params.f32();
+               const float* g = grads.f32();
+               float* mm = m.f32();
+               float* vv = v.f32();
+               for (int64_t i = 0; i < n; ++i) {
+                 mm[i] = b1 * mm[i] + (1.0f - b1) * g[i];
+                 vv[i] = b2 * vv[i] + (1.0f - b2) * g[i] * g[i];
+                 const float mhat = mm[i] / b1_corr, vhat = vv[i] / b2_corr;
+                 p[i] = p[i] * decay - lr * mhat / (std::sqrt(vhat) + eps);
+               }
+             },
+             SHARDLAB_ON_CUDA(cuda::adamw(params.f32(), grads.f32(), m.f32(), v.f32(), n, t, lr, b1, b2, eps,
+                                          hp.weight_decay, stream)));
+}
+
+}  // namespace shardlab::ops

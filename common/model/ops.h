@@ -1,0 +1,75 @@
+// ops.h: the device ops a GPT needs, each a Kernel (name, FLOPs, bytes, what it reads and
+// writes) plus its math, launched through Device::launch.
+//
+// The sim charges every op with the cost model and the race check sees its accesses; under
+// --compute skip the math is not run and no real memory is touched. CPU bodies are blocked,
+// vectorizable loops; the CUDA device implements the same ops as kernels.
+//
+// Conventions (as in llm.c):
+// - Shapes: B batch, T sequence, C channels, OC output channels, V vocabulary, NH heads,
+//   hs = C / NH. Rows of a [N, C] tensor are contiguous. Linear weights are [OC, C]:
+//   out = inp @ weight^T + bias.
+// - Backward ops ACCUMULATE (+=) into every gradient they produce, parameter and activation
+//   gradients alike, so residual branches and micro-batches add up; callers zero gradients.
+//   The one exception is crossentropy_backward, which writes dlogits.
+// - All float tensors are f32; token ids and targets are i32.
+#pragma once
+
+#include <cstdint>
+
+#include "device/device.h"
+
+namespace shardlab::ops {
+
+// ---- elementwise and memory
+void fill(Device& dev, Stream& s, const Tensor& t, float value);            // t = value
+void copy(Device& dev, Stream& s, const Tensor& dst, const Tensor& src);    // dst = src (same numel)
+void add_(Device& dev, Stream& s, const Tensor& dst, const Tensor& src);    // dst += src
+void scale_(Device& dev, Stream& s, const Tensor& t, float factor);         // t *= factor
+void residual_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& a, const Tensor& b);  // out = a + b
+
+// ---- embeddings: out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]
+void embedding_forward(Device& dev, Stream& s, const Tensor& out /*[B,T,C]*/, const Tensor& tokens /*[B,T] i32*/,
+                       const Tensor& wte /*[V,C]*/, const Tensor& wpe /*[maxT,C]*/);
+void embedding_backward(Device& dev, Stream& s, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
+                        const Tensor& tokens);
+
+// ---- layernorm over the last dimension (eps 1e-5); saves mean and rstd ([N]) for backward
+void layernorm_forward(Device& dev, Stream& s, const Tensor& out /*[N,C]*/, const Tensor& mean /*[N]*/,
+                       const Tensor& rstd /*[N]*/, const Tensor& inp /*[N,C]*/, const Tensor& weight /*[C]*/,
+                       const Tensor& bias /*[C]*/);
+void layernorm_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
+                        const Tensor& dout, const Tensor& inp, const Tensor& weight, const Tensor& mean,
+                        const Tensor& rstd);
+
+// ---- linear layer: out[N,OC] = inp[N,C] @ weight[OC,C]^T (+ bias[OC] when defined)
+void matmul_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& inp, const Tensor& weight,
+                    const Tensor& bias);
+// dinp += dout @ weight; dweight += dout^T @ inp; dbias += column sums of dout (when defined).
+void matmul_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
+                     const Tensor& dout, const Tensor& inp, const Tensor& weight);
+
+// ---- GELU, tanh approximation (GPT-2's)
+void gelu_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& inp);
+void gelu_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& inp, const Tensor& dout);
+
+// ---- softmax cross-entropy over the last dimension
+// losses[b, t] = -log softmax(logits[b, t, :])[targets[b, t]]
+void crossentropy_forward(Device& dev, Stream& s, const Tensor& losses /*[B,T]*/, const Tensor& logits /*[B,T,V]*/,
+                          const Tensor& targets /*[B,T] i32*/);
+// dlogits = (softmax(logits) - onehot(targets)) x dloss  (written, not accumulated); dloss is the
+// gradient of the final loss with respect to each position's loss, 1 / (B x T) for a mean.
+void crossentropy_backward(Device& dev, Stream& s, const Tensor& dlogits, const Tensor& logits,
+                           const Tensor& targets, float dloss);
+
+// ---- AdamW (PyTorch's torch.optim.AdamW; decoupled weight decay applied to every element)
+struct AdamW {
+  float lr = 3e-4f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.0f;
+};
+// params -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * params), step t >= 1.
+void adamw(Device& dev, Stream& s, const Tensor& params, const Tensor& grads, const Tensor& m, const Tensor& v,
+           int64_t t, const AdamW& hp);
+
+// ---- causal self-attention, block-wise with a log-sum-exp output (see attention.h)
+
+}  // namespace shardlab::ops

@@ -1,0 +1,40 @@
+// reference.h: single-rank training on the global batch, the ground truth of every chapter.
+//
+// Data parallelism, FSDP and the rest must not change the math: after K steps every rank's
+// parameters must equal what one rank gets training on the whole global batch. This trainer is
+// that one rank: the GPT of model.h on the Markov data of data.h, AdamW over one flat buffer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/ops.h"
+
+namespace shardlab {
+
+struct TrainSetup {
+  std::string model = "tiny";
+  int64_t global_batch = 8;  // sequences per step, over all ranks
+  int64_t T = 64;            // tokens per sequence
+  int64_t steps = 5;
+  uint64_t seed = 1234;      // parameters and data
+  int fanout = 4;            // successors per state of the Markov chain
+  ops::AdamW adamw{3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f};
+  bool check_reference = true;  // chapters: compare the result with train_reference at the end
+};
+
+struct ReferenceRun {
+  std::vector<float> params;    // every parameter after the last step, flat, in parameter order
+  std::vector<double> losses;   // mean loss of each step (before its update)
+  double loss_floor = 0;        // the data's entropy rate (nats per token)
+};
+
+ReferenceRun train_reference(const TrainSetup& setup);
+
+// ||params - reference|| / ||reference||: the norm-wise relative error chapters report. (Float
+// sums in another order differ in the last bits, and AdamW's division by tiny second moments
+// amplifies that for near-zero gradients: an element-wise bound would be meaningless.)
+double relative_error(const std::vector<float>& params, const std::vector<float>& reference);
+
+}  // namespace shardlab

@@ -1,0 +1,405 @@
+#include "run/job.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <tuple>
+
+#include "cuda/cuda_probe.h"
+#include "trace/metrics.h"
+#include "comm/mpi_comm.h"
+#include "device/sim_device.h"
+#ifdef SHARDLAB_WITH_CUDA
+#include "cuda/cuda_device.h"
+#include "cuda/nccl_comm.h"
+#endif
+
+namespace shardlab {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// An error line in one write: stderr is unbuffered, so piece-by-piece output would interleave
+// with the other ranks' lines that mpirun merges into the same terminal.
+void print_error(const std::string& line) {
+  const std::string text = line + "\n";
+  std::fwrite(text.data(), 1, text.size(), stderr);
+  std::fflush(stderr);
+}
+
+// Every rank sends a string; rank 0 gets them all in rank order.
+std::vector<std::string> gather_strings(const std::string& mine) {
+  int size = 1, rank = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(size), offsets(size);
+  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::string all;
+  if (rank == 0) {
+    int total = 0;
+    for (int r = 0; r < size; ++r) offsets[r] = total, total += lens[r];
+    all.resize(total);
+  }
+  MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+  std::vector<std::string> out;
+  if (rank == 0)
+    for (int r = 0; r < size; ++r) out.push_back(all.substr(offsets[r], lens[r]));
+  return out;
+}
+
+json to_json(const StepMetrics& m) {
+  return {{"step", m.step},
+          {"step_us", m.step_us},
+          {"compute_us", m.compute_us},
+          {"comm_us", m.comm_us},
+          {"overlap_us", m.overlap_us},
+          {"exposed_comm_us", m.exposed_comm_us},
+          {"comm_wait_us", m.comm_wait_us},
+          {"memcpy_us", m.memcpy_us},
+          {"idle_us", m.idle_us},
+          {"peak_allocated_bytes", m.peak_allocated},
+          {"peak_reserved_bytes", m.peak_reserved}};
+}
+
+json to_json(const CollectiveMetrics& c) {
+  return {{"name", c.name},   {"step", c.step},           {"group_size", c.group_size},
+          {"bytes", c.bytes}, {"time_us", c.time_us},     {"algbw_GBps", c.algbw_GBps},
+          {"busbw_GBps", c.busbw_GBps}};
+}
+
+// Three decimals, or three significant digits for tiny values (errors, tolerances).
+std::string format_figure(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, v != 0 && std::abs(v) < 0.01 ? "%.3e" : "%.3f", v);
+  return buf;
+}
+
+// Where this rank sits on its node: its local rank as the launcher says (Open MPI:
+// OMPI_COMM_WORLD_LOCAL_RANK, Slurm: SLURM_LOCALID), else as MPI finds it, and how many ranks
+// share the node. Collective over MPI_COMM_WORLD.
+struct NodePlacement {
+  int local_rank = 0, local_size = 1;
+};
+
+NodePlacement node_placement() {
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  NodePlacement p;
+  MPI_Comm_rank(node, &p.local_rank);
+  MPI_Comm_size(node, &p.local_size);
+  MPI_Comm_free(&node);
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"})
+    if (const char* v = std::getenv(var)) {
+      p.local_rank = std::atoi(v);
+      break;
+    }
+  return p;
+}
+
+// Why --device cuda cannot run with these flags on a node with `gpus` GPUs, or "" when it can.
+std::string cuda_config_problem(const CommonFlags& f, int gpus, const NodePlacement& node) {
+  if (gpus == 0) return "--device cuda: not available (" + cuda_unavailable_reason() + "); use --device sim";
+  if (f.compute == "skip")
+    return "--compute skip: only the sim can skip the math (a GPU always computes); use --compute real";
+  if (f.comm == "nccl" && node.local_size > gpus)
+    return std::to_string(node.local_size) + " ranks share this node but it has " + std::to_string(gpus) +
+           " GPU(s): NCCL refuses two ranks on one GPU (\"Duplicate GPU detected\", NCCL before 2.30); run at most " +
+           std::to_string(gpus) + " rank(s) per node, or add --comm mpi to share GPUs (host-staged, for correctness runs)";
+  return "";
+}
+
+// --device auto: cuda where every rank of this node can have a GPU of its own (or --comm mpi
+// lets them share), else the sim, saying why when GPUs exist but are too few. --compute skip
+// always means the sim: only it can skip the math.
+std::string auto_device(const CommonFlags& f, int gpus, const NodePlacement& node, int rank) {
+  if (gpus == 0 || f.compute == "skip") return "sim";
+  if (node.local_size <= gpus || f.comm == "mpi") return "cuda";
+  if (rank == 0)
+    std::cout << "note: " << node.local_size << " ranks share this node's " << gpus
+              << " GPU(s), so --device auto runs the sim; --device cuda --comm mpi shares the GPUs instead\n";
+  return "sim";
+}
+
+#ifdef SHARDLAB_WITH_CUDA
+// The CUDA device on GPU `gpu` (the local rank, modulo the GPUs: shared under --comm mpi) and
+// the world communicator. Every rank measures time from rank 0's clock, so lanes line up.
+std::pair<std::unique_ptr<Device>, std::unique_ptr<Comm>> cuda_runtime(Profile profile, const CommonFlags& f, int rank,
+                                                                       int size, int gpu, const ChapterInfo& info) {
+  int64_t base = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count();
+  MPI_Bcast(&base, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  auto dev = std::make_unique<CudaDevice>(std::move(profile), rank, size, gpu, base);
+  if (rank == 0)
+    std::cout << "shardlab " << info.id << ": " << info.title << "\n"
+              << size << " rank(s), device cuda (" << dev->profile().gpu_name << ", times are MEASURED), comm "
+              << f.comm << (f.comm == "mpi" ? " (host-staged)" : "") << "\n"
+              << std::endl;
+  std::unique_ptr<Comm> world;
+  if (f.comm == "nccl")
+    world = NcclComm::world(*dev, f.debug_collectives);
+  else
+    world = MpiComm::world(*dev, f.debug_collectives);
+  return {std::move(dev), std::move(world)};
+}
+#endif
+
+}  // namespace
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+Job::Job(const ChapterInfo& info, const CommonFlags& flags, json config, std::unique_ptr<Device> device,
+         std::unique_ptr<Comm> world)
+    : info_(info), flags_(flags), config_(std::move(config)), device_(std::move(device)), world_(std::move(world)) {
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
+}
+
+// The communicator may still reference the device's streams and memory: it goes first.
+Job::~Job() { world_.reset(); }
+
+std::string Job::run_dir() const {
+  return (fs::path(flags_.trace_dir) / (flags_.run_name.empty() ? info_.id : flags_.run_name)).string();
+}
+
+void Job::say(const std::string& text) const {
+  if (is_root()) std::cout << text << std::endl;
+}
+
+void Job::figure(const std::string& key, double value, const std::string& unit, const std::string& what) {
+  figures_[key] = {{"value", value}, {"unit", unit}, {"what", what}};
+  if (!is_root()) return;
+  std::string left = "  " + key;
+  if (left.size() < 34) left.resize(34, ' ');
+  std::string num = format_figure(value) + " " + unit;
+  if (num.size() < 16) num.insert(0, 16 - num.size(), ' ');
+  std::cout << left << num << "   " << what << std::endl;
+}
+
+Job::Step::Step(Job& job, int64_t n, int64_t total, bool progress)
+    : job_(job),
+      n_(n),
+      total_(total < 0 ? job.steps() : total),
+      progress_(progress),
+      start_ns_(job.device().now_ns()),
+      uncaught_at_start_(std::uncaught_exceptions()) {
+  job_.device().allocator().reset_peaks();
+}
+
+Job::Step::~Step() {
+  // Unwinding from an error: no synchronize (after a failed kernel it would throw again, and a
+  // second exception ends the process in std::terminate, losing the first one's message), and
+  // no progress line for a step that did not finish.
+  if (std::uncaught_exceptions() > uncaught_at_start_) return;
+  Device& d = job_.device();
+  d.synchronize();
+  const int64_t end = d.now_ns();
+  d.trace().step(static_cast<int>(n_), start_ns_, end - start_ns_);
+  if (!job_.is_root() || !progress_) return;
+  const double us = static_cast<double>(end - start_ns_) / 1000.0;
+  std::string line = "step " + std::to_string(n_ + 1) + "/" + std::to_string(total_);
+  char buf[160];
+  if (has_loss_ && std::isnan(loss_)) line += " | loss n/a (compute skip)";
+  else if (has_loss_) std::snprintf(buf, sizeof buf, " | loss %.4f", loss_), line += buf;
+  std::snprintf(buf, sizeof buf, " | %.3f ms (%s)", us / 1000.0, d.simulated() ? "simulated" : "measured");
+  line += buf;
+  if (tokens_ > 0) std::snprintf(buf, sizeof buf, " | %.0f tokens/s", static_cast<double>(tokens_) / us * 1e6), line += buf;
+  if (job_.world_size() > 1) {
+    const RangeMetrics m = range_metrics(d.trace().timeline(), static_cast<double>(start_ns_) / 1e3,
+                                         static_cast<double>(end) / 1e3);
+    std::snprintf(buf, sizeof buf, " | exposed comm %.3f ms", m.exposed_comm_us / 1000.0);
+    line += buf;
+  }
+  line += " | peak allocated " + human_bytes(static_cast<double>(d.allocator().peak_allocated())) + ", reserved " +
+          human_bytes(static_cast<double>(d.allocator().peak_reserved()));
+  std::cout << line << std::endl;
+}
+
+void Job::finish() {
+  Device& d = device();
+  d.synchronize();
+  const RankTimeline& tl = d.trace().timeline();
+
+  // Per-rank results, computed by the one metrics library, gathered to rank 0.
+  json mine = {{"rank", rank_}, {"steps", json::array()}, {"collectives", json::array()},
+               {"races", d.race_reports()}, {"trace_events", d.trace().event_count()},
+               {"peak_allocated_bytes", d.allocator().peak_allocated()},
+               {"peak_reserved_bytes", d.allocator().peak_reserved()}};
+  for (const auto& m : step_metrics(tl)) mine["steps"].push_back(to_json(m));
+  for (const auto& c : collective_metrics(tl)) mine["collectives"].push_back(to_json(c));
+  const std::vector<std::string> per_rank = gather_strings(mine.dump());
+
+  // Traces: rank 0 clears the run directory's old rank files (a previous run may have had
+  // more ranks), then every rank writes its own.
+  const fs::path dir = run_dir();
+  if (is_root()) {
+    fs::create_directories(dir);
+    for (const auto& entry : fs::directory_iterator(dir))
+      if (entry.path().filename().string().rfind("rank", 0) == 0) fs::remove(entry.path());
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const Profile& p = d.profile();
+  const json device_properties = json::array({{{"id", d.trace().device_pid()},
+                                               {"name", p.gpu_name},
+                                               {"totalGlobalMem", p.memory_bytes},
+                                               {"computeMajor", p.compute_major},
+                                               {"computeMinor", p.compute_minor},
+                                               {"numSms", p.sm_count},
+                                               {"simulated", d.simulated()}}});
+  const json other = {{"chapter", info_.id},       {"strategy", strategy_},      {"device", std::string(d.kind())},
+                      {"profile", p.name},         {"simulated", d.simulated()}, {"compute", flags_.compute},
+                      {"world_size", world_size_}, {"config", config_}};
+  d.trace().write((dir / ("rank" + std::to_string(rank_) + ".json")).string(), flags_.comm, d.base_time_ns(),
+                  device_properties, other);
+
+  if (is_root()) {
+    json summary = other;
+    summary["title"] = info_.title;
+    summary["run"] = dir.filename().string();
+    summary["times"] = d.simulated() ? "simulated" : "measured";
+    summary["figures"] = figures_;
+    summary["results"] = results_;
+    summary["ranks"] = json::array();
+    size_t races = 0;
+    for (const auto& s : per_rank) {
+      summary["ranks"].push_back(json::parse(s));
+      races += summary["ranks"].back()["races"].size();
+    }
+    std::ofstream out(dir / "summary.json");
+    out << summary.dump(2) << "\n";
+    if (!out) throw std::runtime_error("cannot write " + (dir / "summary.json").string());
+
+    if (races > 0) {
+      std::cout << "\nrace check: " << races << " report(s):\n";
+      for (const auto& r : summary["ranks"])
+        for (const auto& text : r["races"]) std::cout << "  rank " << r["rank"].get<int>() << ": " << text.get<std::string>() << "\n";
+    }
+    const fs::path abs = fs::absolute(dir);
+    std::cout << "\ntraces: " << abs.string() << "/rank{0.." << world_size_ - 1 << "}.json, summary: "
+              << (abs / "summary.json").string() << "\n";
+#ifdef SHARDLAB_VIEWER_BIN
+    std::cout << "open them: " SHARDLAB_VIEWER_BIN " " << abs.string() << "\n"
+              << "       or drag a rank file into https://ui.perfetto.dev (or chrome://tracing)" << std::endl;
+#else
+    std::cout << "open them: drag a rank file into https://ui.perfetto.dev (or chrome://tracing)" << std::endl;
+#endif
+  }
+}
+
+int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& add_flags, const Lesson& lesson) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+  CommonFlags common;
+  common.steps = info.default_steps;
+  Flags flags(info.id);
+  flags.add_choice("device", &common.device, {"auto", "sim", "cuda"},
+                   "where to run: sim (simulated GPU, virtual time) or cuda; auto picks cuda when a GPU is visible (the sim under --compute skip)");
+  flags.add_choice("comm", &common.comm, {"auto", "mpi", "nccl"},
+                   "communicator: nccl (GPUs) or mpi (the sim; on cuda, host-staged so ranks can share a GPU); "
+                   "auto picks nccl on cuda, mpi on the sim");
+  flags.add_string("profile", &common.profile, "hardware profile for the sim: a name in common/device/profiles/ or a .json path");
+  flags.add_choice("compute", &common.compute, {"real", "skip"},
+                   "real: do the math; skip: only simulate time and memory (for large shapes)");
+  flags.add_int("steps", &common.steps, 1, 1000000, "training steps (or repetitions) to run");
+  flags.add_int("seed", &common.seed, 0, INT64_MAX, "random seed");
+  flags.add_string("trace-dir", &common.trace_dir, "directory for traces: <trace-dir>/<run-name>/rank<R>.json");
+  flags.add_string("run-name", &common.run_name, "name of this run's trace directory (default: the chapter id)");
+  flags.add_bool("debug-collectives", &common.debug_collectives,
+                 "check that all ranks issue the same collective, count and dtype in the same order");
+  if (add_flags) add_flags(flags);
+
+  // Configuration errors are the same on every rank: each exits 2, rank 0 says why.
+  auto config_error = [&](const std::string& msg) {
+    if (rank == 0) print_error(info.id + ": error: " + msg);
+    MPI_Finalize();
+    return 2;
+  };
+  std::unique_ptr<Job> job;
+  try {
+    if (!flags.parse(argc, argv)) {
+      if (rank == 0) std::cout << info.title << "\n\n" << flags.usage();
+      MPI_Finalize();
+      return 0;
+    }
+    const ComputeMode mode = common.compute == "skip" ? ComputeMode::skip : ComputeMode::real;
+    std::string device = common.device;
+    // Where this rank sits on its node matters only where there are GPUs (a collective call).
+    const int gpus = cuda_device_count();
+    const NodePlacement node = gpus > 0 ? node_placement() : NodePlacement{};
+    if (device == "auto") device = auto_device(common, gpus, node, rank);
+    if (common.comm == "auto") common.comm = device == "cuda" ? "nccl" : "mpi";
+    Profile profile = load_profile(common.profile);
+    std::unique_ptr<Device> dev;
+    std::unique_ptr<Comm> world;
+    if (device == "cuda") {
+      if (const std::string problem = cuda_config_problem(common, gpus, node); !problem.empty()) return config_error(problem);
+#ifdef SHARDLAB_WITH_CUDA
+      // Not a configuration error, the same on every rank: a GPU that one rank cannot use (busy,
+      // exclusive-process mode, an NCCL failure) fails that rank alone while the others wait in
+      // a collective of this setup. So it is reported and ends the job as a failing lesson does.
+      try {
+        std::tie(dev, world) = cuda_runtime(std::move(profile), common, rank, size, node.local_rank % gpus, info);
+      } catch (const std::exception& e) {
+        print_error("rank " + std::to_string(rank) + ": error: " + e.what());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+#endif
+    } else {
+      if (common.comm == "nccl") return config_error("--comm nccl: NCCL needs --device cuda; the sim uses --comm mpi");
+      if (size > profile.max_ranks())
+        return config_error("--profile " + profile.name + " has " + std::to_string(profile.max_ranks()) +
+                            " GPUs, but the job has " + std::to_string(size) +
+                            " ranks; use fewer ranks or a larger profile (" + [] {
+                              std::string n;
+                              for (const auto& p : profile_names()) n += (n.empty() ? "" : ", ") + p;
+                              return n;
+                            }() + ")");
+      if (rank == 0)
+        std::cout << "shardlab " << info.id << ": " << info.title << "\n"
+                  << size << " rank(s), device sim (times are SIMULATED from profile " << profile.name << ": "
+                  << profile.gpu_name << "), compute " << common.compute << "\n"
+                  << std::endl;
+      dev = std::make_unique<SimDevice>(std::move(profile), mode, rank, size);
+      world = MpiComm::world(*dev, common.debug_collectives);
+    }
+    job = std::make_unique<Job>(info, common, flags.values(), std::move(dev), std::move(world));
+  } catch (const FlagError& e) {
+    return config_error(std::string(e.what()) + "\n(run with --help for every flag)");
+  } catch (const std::exception& e) {
+    return config_error(e.what());
+  }
+
+  try {
+    lesson(*job);
+    job->finish();
+  } catch (const std::exception& e) {
+    // One rank failing must not leave the others waiting in a collective forever.
+    print_error("rank " + std::to_string(rank) + ": error: " + e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  job.reset();
+  MPI_Finalize();
+  return 0;
+}
+
+}  // namespace shardlab

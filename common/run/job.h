@@ -1,0 +1,131 @@
+// job.h: the harness around every chapter: MPI, flags, the device, the world communicator,
+// steps, figures, traces and the run summary. A chapter's main.cpp is the lesson; this is the
+// plumbing it stands on.
+//
+//   int main(int argc, char** argv) {
+//     return shardlab::run_chapter(argc, argv, {"00_streams_events", "Streams and events", 3},
+//                                  add_flags, lesson);
+//   }
+//
+// run_chapter: initializes MPI; parses the shared flags (below) and the chapter's own; builds
+// the device (--device sim|cuda; default cuda where a GPU is visible and the CUDA device is
+// built, unless --compute skip, else sim) and the world communicator (--comm mpi|nccl;
+// default nccl on cuda, mpi on the sim; mpi on cuda stages through host memory so several
+// ranks can share one GPU); on cuda each rank takes the GPU of its local rank on the node;
+// runs the lesson; writes <trace-dir>/<run-name>/rank<R>.json and summary.json; prints where
+// they are.
+// Errors: a bad flag exits 2 on every rank with the message once; an exception in any rank
+// prints "rank R: error: ..." and aborts the whole job (MPI_Abort), so no rank is left hanging.
+//
+// Shared flags: --device sim|cuda, --comm mpi|nccl, --profile NAME|PATH, --compute real|skip, --steps N,
+// --seed N, --trace-dir DIR, --run-name NAME, --debug-collectives.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/comm.h"
+#include "device/device.h"
+#include "run/flags.h"
+
+namespace shardlab {
+
+struct ChapterInfo {
+  std::string id;      // "00_streams_events": the default run name
+  std::string title;   // "Streams and events"
+  int64_t default_steps = 3;
+};
+
+struct CommonFlags {
+  std::string device = "auto";
+  std::string comm = "auto";
+  std::string profile = "h100-8";
+  std::string compute = "real";
+  int64_t steps = 3;
+  int64_t seed = 1234;
+  std::string trace_dir = "runs";
+  std::string run_name;  // default: the chapter id
+  bool debug_collectives = false;
+};
+
+class Job {
+ public:
+  // `world` runs on `device`; the Job owns both (the communicator goes first).
+  Job(const ChapterInfo& info, const CommonFlags& flags, nlohmann::json config, std::unique_ptr<Device> device,
+      std::unique_ptr<Comm> world);
+  ~Job();
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  bool is_root() const { return rank_ == 0; }
+  Device& device() { return *device_; }
+  Comm& world() { return *world_; }
+  const CommonFlags& flags() const { return flags_; }
+  int64_t steps() const { return flags_.steps; }
+
+  // One training step: a ProfilerStep#N annotation on the CPU lane. It ends with a device
+  // synchronize (as reading the loss with .item() does), so each step's device work lies
+  // inside its window; rank 0 then prints a progress line.
+  class Step {
+   public:
+    // `total` (default: --steps) is only for the progress line: "step n+1/total". A chapter
+    // that prints its own line per step (a table row) passes progress = false.
+    Step(Job& job, int64_t n, int64_t total = -1, bool progress = true);
+    ~Step();
+    Step(const Step&) = delete;
+    Step& operator=(const Step&) = delete;
+
+    // Training chapters add the step's loss and token count to its progress line, which then
+    // also shows tokens/s and the step's exposed communication (from the metrics library).
+    void set_loss(double loss) { loss_ = loss, has_loss_ = true; }
+    void set_tokens(int64_t tokens) { tokens_ = tokens; }
+
+   private:
+    Job& job_;
+    int64_t n_, total_;
+    bool progress_;
+    int64_t start_ns_;
+    double loss_ = 0;
+    bool has_loss_ = false;
+    int64_t tokens_ = 0;
+    int uncaught_at_start_;  // an exception leaving the step: it did not finish, nothing to report
+  };
+
+  // A figure the chapter reports: printed by rank 0 and stored in summary.json under
+  // "figures" (rank 0's values). Every number a chapter prints goes through here.
+  void figure(const std::string& key, double value, const std::string& unit, const std::string& what);
+  // Free-form text from rank 0.
+  void say(const std::string& text) const;
+
+  // Strategy label for traces and summaries ("overlapped", "bucketed", ...).
+  void set_strategy(std::string s) { strategy_ = std::move(s); }
+  nlohmann::json& results() { return results_; }  // extra machine-readable results
+
+  void finish();  // writes traces and summary.json (run_chapter calls it)
+  std::string run_dir() const;
+
+ private:
+  ChapterInfo info_;
+  CommonFlags flags_;
+  nlohmann::json config_;
+  int rank_ = 0, world_size_ = 1;
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<Comm> world_;
+  std::string strategy_ = "default";
+  nlohmann::json figures_ = nlohmann::json::object();
+  nlohmann::json results_ = nlohmann::json::object();
+};
+
+using AddFlags = std::function<void(Flags&)>;
+using Lesson = std::function<void(Job&)>;
+
+int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& add_flags, const Lesson& lesson);
+
+// "1.23 GiB" (binary units, two decimals).
+std::string human_bytes(double bytes);
+
+}  // namespace shardlab

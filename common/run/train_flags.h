@@ -1,0 +1,50 @@
+// train_flags.h: the flags every training chapter (02 onwards) adds to the shared ones.
+//
+//   --model NAME        tiny | gpt2-small | gpt2-medium | gpt-1b
+//   --global-batch N    sequences per step over all ranks (must divide by the world size)
+//   --seq-len T         tokens per sequence (at most the model's context)
+//   --lr X              AdamW learning rate
+//   --skip-reference    no final comparison with single-rank training (which runs on the CPU:
+//                       minutes for gpt2-small; for timing runs of large models on a GPU)
+// The seed and the number of steps are the shared --seed and --steps.
+#pragma once
+
+#include <string>
+
+#include "run/flags.h"
+#include "model/model.h"
+#include "model/reference.h"
+
+namespace shardlab {
+
+struct TrainFlags {
+  std::string model = "tiny";
+  int64_t global_batch = 12;  // divides among 1, 2, 3, 4 and 6 ranks
+  int64_t seq_len = 64;
+  double lr = 3e-3;
+  bool skip_reference = false;
+};
+
+inline void add_train_flags(Flags& f, TrainFlags& t) {
+  f.add_choice("model", &t.model, GPTConfig::presets(), "the GPT to train");
+  f.add_int("global-batch", &t.global_batch, 1, 1 << 20, "sequences per step over all ranks (a multiple of the ranks)");
+  f.add_int("seq-len", &t.seq_len, 1, 1 << 20, "tokens per sequence (at most the model's context)");
+  f.add_double("lr", &t.lr, 0.0, 1.0, "AdamW learning rate");
+  f.add_bool("skip-reference", &t.skip_reference,
+             "skip the final check against single-rank training (it runs on the CPU; for GPU timing runs)");
+}
+
+// The run those flags describe, as the single-rank reference trainer takes it.
+inline TrainSetup train_setup(const TrainFlags& t, int64_t steps, int64_t seed) {
+  TrainSetup s;
+  s.model = t.model;
+  s.global_batch = t.global_batch;
+  s.T = t.seq_len;
+  s.steps = steps;
+  s.seed = static_cast<uint64_t>(seed);
+  s.adamw.lr = static_cast<float>(t.lr);
+  s.check_reference = !t.skip_reference;
+  return s;
+}
+
+}  // namespace shardlab

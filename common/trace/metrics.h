@@ -1,0 +1,67 @@
+// metrics.h: the one implementation of every timeline figure shardlab reports.
+//
+// Definitions (per rank, over a time window, usually one ProfilerStep):
+// - compute busy: the union of compute kernel intervals, clipped to the window.
+// - comm busy: the union of communication intervals (comm and comm_wait slices), clipped.
+// - overlapped: |compute ∪ ... ∩ comm| : communication time during which some compute kernel ran.
+// - exposed comm: comm busy - overlapped: communication nothing hid.
+// - comm wait: the union of comm_wait slices (a stream waiting for late peers), part of comm busy.
+// - memcpy busy: the union of memcpy and memset slices.
+// - idle: window - |compute ∪ comm ∪ memcpy|: no device work at all.
+// - peak allocated / reserved: the largest counter value in effect during the window.
+// Per collective: bytes S (all-reduce, broadcast: the buffer; all-gather and reduce-scatter: the
+// gathered total; send/recv: what is sent), algbw = S / t, busbw = algbw x factor with
+// factor 2(n-1)/n (all-reduce), (n-1)/n (all-gather, reduce-scatter), 1 (broadcast, send/recv),
+// as nccl-tests defines them (doc/PERFORMANCE.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "trace/timeline.h"
+
+namespace shardlab {
+
+struct RangeMetrics {
+  double window_us = 0;
+  double compute_us = 0;
+  double comm_us = 0;
+  double overlap_us = 0;
+  double exposed_comm_us = 0;
+  double comm_wait_us = 0;
+  double memcpy_us = 0;
+  double idle_us = 0;
+  int64_t peak_allocated = 0;
+  int64_t peak_reserved = 0;
+};
+
+struct StepMetrics : RangeMetrics {
+  int rank = 0;
+  int step = 0;
+  double step_us = 0;  // == window_us
+};
+
+struct CollectiveMetrics {
+  int rank = 0;
+  int step = -1;        // the step window containing its start, -1 if none
+  std::string name;
+  int group_size = 1;
+  int64_t bytes = 0;
+  double time_us = 0;
+  double algbw_GBps = 0;  // 1 GB = 1e9 bytes
+  double busbw_GBps = 0;
+};
+
+// Union length of intervals [a, b) clipped to [t0, t1).
+double union_length(std::vector<std::pair<double, double>> intervals, double t0, double t1);
+
+RangeMetrics range_metrics(const RankTimeline& tl, double t0_us, double t1_us);
+std::vector<StepMetrics> step_metrics(const RankTimeline& tl);
+std::vector<CollectiveMetrics> collective_metrics(const RankTimeline& tl);
+
+// nccl-tests' bus bandwidth factor for a collective name ("allreduce", "allgather", ...).
+double bus_factor(const std::string& collective, int group_size);
+// Bytes S for the algbw of a collective record (see above).
+int64_t collective_bytes(const CollectiveRecord& c);
+
+}  // namespace shardlab

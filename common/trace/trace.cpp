@@ -1,0 +1,320 @@
+#include "trace/trace.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+
+namespace shardlab {
+
+namespace {
+
+// Correlation ids are rank * this + a per-rank counter, so flow ids never collide when the
+// ranks' files are viewed together.
+constexpr uint64_t kCorrelationsPerRank = 1000000000;
+
+double to_us(int64_t ns) { return static_cast<double>(ns) / 1000.0; }
+
+void append_int(std::string& out, int64_t v) {
+  char buf[24];
+  out.append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+}
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
+}  // namespace
+
+std::string format_us(int64_t ns) {
+  // Unsigned magnitude: -INT64_MIN does not fit in int64_t.
+  const uint64_t mag = ns < 0 ? 0 - static_cast<uint64_t>(ns) : static_cast<uint64_t>(ns);
+  char buf[32];
+  const int n = std::snprintf(buf, sizeof buf, "%s%llu.%03llu", ns < 0 ? "-" : "",
+                              static_cast<unsigned long long>(mag / 1000),
+                              static_cast<unsigned long long>(mag % 1000));
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+std::string json_string(std::string_view s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  out += '"';
+  for (const char ch : s) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (u < 0x20) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\u00";
+      out += kHex[u >> 4];
+      out += kHex[u & 0xf];
+    } else {
+      out += ch;  // bytes >= 0x80 are UTF-8 and pass through unchanged
+    }
+  }
+  out += '"';
+  return out;
+}
+
+// ---- TraceArgs ----
+
+void TraceArgs::append_key(std::string_view key) {
+  // HTA takes the first "rank": N in the file as the file's rank; an args key could shadow it
+  // in a file without distributedInfo, and would confuse anyone grepping ours.
+  if (key == "rank") throw std::invalid_argument("trace args must not use the key \"rank\"");
+  if (!body_.empty()) body_ += ", ";
+  body_ += json_string(key);
+  body_ += ": ";
+}
+
+TraceArgs& TraceArgs::add(std::string_view key, int64_t v) {
+  append_key(key);
+  append_int(body_, v);
+  return *this;
+}
+
+TraceArgs& TraceArgs::add(std::string_view key, double v) {
+  // Whole numbers (bytes, FLOPs) are written exactly, as integers, up to 2^53.
+  if (std::abs(v) < 9007199254740992.0 && v == std::floor(v)) return add(key, static_cast<int64_t>(v));
+  append_key(key);
+  if (!std::isfinite(v)) {
+    body_ += "null";  // JSON has no nan or inf
+    return *this;
+  }
+  // to_chars is locale-independent (printf's %g is not) and gives %.6g's digits.
+  char buf[32];
+  body_.append(buf, std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, 6).ptr);
+  return *this;
+}
+
+TraceArgs& TraceArgs::add(std::string_view key, std::string_view v) {
+  append_key(key);
+  body_ += json_string(v);
+  return *this;
+}
+
+TraceArgs& TraceArgs::add_raw(std::string_view key, std::string_view json_value) {
+  append_key(key);
+  body_ += json_value;
+  return *this;
+}
+
+// ---- TraceRecorder ----
+
+TraceRecorder::TraceRecorder(int rank, int world_size, int device_index)
+    : rank_(rank), world_size_(world_size), device_index_(device_index) {
+  timeline_.rank = rank;
+}
+
+void TraceRecorder::emit(std::string line) { events_.push_back(std::move(line)); }
+
+std::string TraceRecorder::complete(int pid, int tid, std::string_view cat, std::string_view name, int64_t ts,
+                                    int64_t dur, const std::string& args) const {
+  std::string line = "{\"ph\": \"X\", \"cat\": " + json_string(cat) + ", \"name\": " + json_string(name) +
+                     ", \"pid\": ";
+  append_int(line, pid);
+  line += ", \"tid\": ";
+  append_int(line, tid);
+  line += ", \"ts\": " + format_us(ts) + ", \"dur\": " + format_us(dur);
+  if (!args.empty()) line += ", \"args\": {" + args + "}";
+  line += '}';
+  return line;
+}
+
+void TraceRecorder::metadata(std::string_view what, int pid, int tid, const TraceArgs& args) {
+  std::string line = "{\"ph\": \"M\", \"name\": " + json_string(what) + ", \"pid\": ";
+  append_int(line, pid);
+  line += ", \"tid\": ";
+  append_int(line, tid);
+  line += ", \"ts\": 0.000, \"args\": {" + args.json() + "}}";
+  meta_.push_back(std::move(line));
+}
+
+void TraceRecorder::name_host(std::string_view process_name) {
+  const int pid = host_pid(rank_);
+  // Sort indices interleave the ranks' lanes: rank 0 CPU, rank 0 GPU, rank 1 CPU, ...
+  metadata("process_name", pid, 0, TraceArgs().add("name", process_name));
+  metadata("process_sort_index", pid, 0, TraceArgs().add("sort_index", rank_ * 2));
+  metadata("thread_name", pid, kHostTid, TraceArgs().add("name", "CPU thread"));
+  metadata("thread_sort_index", pid, kHostTid, TraceArgs().add("sort_index", kHostTid));
+}
+
+void TraceRecorder::name_device(std::string_view process_name) {
+  metadata("process_name", device_index_, 0, TraceArgs().add("name", process_name));
+  metadata("process_sort_index", device_index_, 0, TraceArgs().add("sort_index", rank_ * 2 + 1));
+}
+
+void TraceRecorder::name_stream(int stream_id, std::string_view name) {
+  metadata("thread_name", device_index_, stream_id, TraceArgs().add("name", name));
+  metadata("thread_sort_index", device_index_, stream_id, TraceArgs().add("sort_index", stream_id));
+}
+
+void TraceRecorder::cpu_op(std::string_view name, int64_t ts_ns, int64_t dur_ns, const TraceArgs& args) {
+  emit(complete(host_pid(rank_), kHostTid, "cpu_op", name, ts_ns, dur_ns, args.json()));
+}
+
+void TraceRecorder::annotation(std::string_view name, int64_t ts_ns, int64_t dur_ns) {
+  emit(complete(host_pid(rank_), kHostTid, "user_annotation", name, ts_ns, dur_ns, {}));
+}
+
+void TraceRecorder::step(int step, int64_t ts_ns, int64_t dur_ns) {
+  annotation("ProfilerStep#" + std::to_string(step), ts_ns, dur_ns);
+  timeline_.steps.push_back({step, to_us(ts_ns), to_us(ts_ns + dur_ns)});
+}
+
+uint64_t TraceRecorder::runtime_call(std::string_view name, int64_t ts_ns, int64_t dur_ns, bool flow) {
+  if (next_correlation_ >= kCorrelationsPerRank)
+    throw std::overflow_error("trace: rank " + std::to_string(rank_) + " ran out of correlation ids");
+  const uint64_t correlation = static_cast<uint64_t>(rank_) * kCorrelationsPerRank + next_correlation_++;
+  const int pid = host_pid(rank_);
+  emit(complete(pid, kHostTid, "cuda_runtime", name, ts_ns, dur_ns,
+                TraceArgs().add("correlation", correlation).json()));
+  if (flow) emit(flow_event('s', pid, kHostTid, correlation, ts_ns));
+  return correlation;
+}
+
+std::string TraceRecorder::flow_event(char ph, int pid, int tid, uint64_t id, int64_t ts_ns) {
+  std::string line = "{\"ph\": \"";
+  line += ph;
+  line += "\", \"id\": " + std::to_string(id) + ", \"pid\": ";
+  append_int(line, pid);
+  line += ", \"tid\": ";
+  append_int(line, tid);
+  line += ", \"ts\": " + format_us(ts_ns) + ", \"cat\": \"ac2g\", \"name\": \"ac2g\"";
+  // "bp": "e" binds the end to the slice enclosing ts, so ts must be a slice's start.
+  line += ph == 'f' ? ", \"bp\": \"e\"}" : "}";
+  return line;
+}
+
+void TraceRecorder::flow_end(int stream, uint64_t correlation, int64_t ts_ns) {
+  emit(flow_event('f', device_index_, stream, correlation, ts_ns));
+}
+
+TraceArgs TraceRecorder::device_args(int stream, uint64_t correlation) const {
+  TraceArgs args;
+  args.add("device", device_index_).add("stream", stream);
+  if (correlation != 0) args.add("correlation", correlation);
+  return args;
+}
+
+void TraceRecorder::device_slice(int stream, std::string_view cat, std::string_view name, int64_t ts_ns,
+                                 int64_t dur_ns, const TraceArgs& args, SliceKind kind, int32_t collective) {
+  emit(complete(device_index_, stream, cat, name, ts_ns, dur_ns, args.json()));
+  timeline_.slices.push_back({to_us(ts_ns), to_us(ts_ns + dur_ns), stream, kind, collective});
+}
+
+void TraceRecorder::kernel(int stream, std::string_view name, int64_t ts_ns, int64_t dur_ns, uint64_t correlation,
+                           double flops, double bytes) {
+  // HTA, and our metrics, tell communication kernels by their nccl prefix.
+  const SliceKind kind = name.starts_with("nccl") ? SliceKind::comm : SliceKind::compute;
+  total_flops_ += flops;
+  device_slice(stream, "kernel", name, ts_ns, dur_ns,
+               device_args(stream, correlation).add("bytes", bytes).add("flops", flops), kind);
+  if (correlation != 0) flow_end(stream, correlation, ts_ns);
+}
+
+void TraceRecorder::memcpy(int stream, std::string_view name, int64_t ts_ns, int64_t dur_ns, uint64_t correlation,
+                           double bytes) {
+  device_slice(stream, "gpu_memcpy", name, ts_ns, dur_ns, device_args(stream, correlation).add("bytes", bytes),
+               SliceKind::memcpy);
+  if (correlation != 0) flow_end(stream, correlation, ts_ns);
+}
+
+void TraceRecorder::memset(int stream, std::string_view name, int64_t ts_ns, int64_t dur_ns, uint64_t correlation,
+                           double bytes) {
+  device_slice(stream, "gpu_memset", name, ts_ns, dur_ns, device_args(stream, correlation).add("bytes", bytes),
+               SliceKind::memset);
+  if (correlation != 0) flow_end(stream, correlation, ts_ns);
+}
+
+void TraceRecorder::collective(int stream, const CollectiveArgs& c, int64_t wait_start_ns, int64_t start_ns,
+                               int64_t end_ns, uint64_t correlation) {
+  const auto index = static_cast<int32_t>(timeline_.collectives.size());
+  timeline_.collectives.push_back({c.name, c.in_nelems, c.out_nelems, c.dtype_bytes, c.group_size, c.group_name,
+                                   c.seq, to_us(start_ns), to_us(end_ns)});
+  const bool waits = wait_start_ns < start_ns;
+  if (waits) {
+    // Named nccl... too: on a real GPU the wait happens inside the NCCL kernel. The correlation
+    // stays on the data kernel alone, since HTA expects one kernel per correlation.
+    device_slice(stream, "kernel", "nccl:wait " + c.name, wait_start_ns, start_ns - wait_start_ns,
+                 device_args(stream, 0).add("Collective name", c.name).add("Seq", c.seq), SliceKind::comm_wait,
+                 index);
+  }
+  TraceArgs args = device_args(stream, correlation);
+  args.add("Collective name", c.name)
+      .add("In msg nelems", c.in_nelems)
+      .add("Out msg nelems", c.out_nelems)
+      .add("Group size", c.group_size)
+      .add("dtype", c.dtype)
+      .add("Process Group Name", c.group_name)
+      .add_raw("Process Group Ranks", c.group_ranks)
+      .add("Seq", c.seq);
+  device_slice(stream, "kernel", c.kernel_name, start_ns, end_ns - start_ns, args, SliceKind::comm, index);
+  // The launch's arrow lands where the stream first became busy with it.
+  if (correlation != 0) flow_end(stream, correlation, waits ? wait_start_ns : start_ns);
+}
+
+void TraceRecorder::memory(int64_t ts_ns, int64_t allocated, int64_t reserved) {
+  std::string line = "{\"ph\": \"C\", \"name\": \"GPU memory\", \"pid\": ";
+  append_int(line, device_index_);
+  line += ", \"ts\": " + format_us(ts_ns) + ", \"args\": {" +
+          TraceArgs().add("allocated", allocated).add("reserved", reserved).json() + "}}";
+  emit(std::move(line));
+  timeline_.memory.push_back({to_us(ts_ns), allocated, reserved});
+}
+
+void TraceRecorder::instant(std::string_view name, int64_t ts_ns, const TraceArgs& args) {
+  std::string line = "{\"ph\": \"i\", \"s\": \"t\", \"cat\": \"shardlab\", \"name\": " + json_string(name) +
+                     ", \"pid\": ";
+  append_int(line, host_pid(rank_));
+  line += ", \"tid\": ";
+  append_int(line, kHostTid);
+  line += ", \"ts\": " + format_us(ts_ns);
+  if (!args.empty()) line += ", \"args\": {" + args.json() + "}";
+  line += '}';
+  emit(std::move(line));
+}
+
+void TraceRecorder::write(const std::string& path, std::string_view backend, int64_t base_time_ns,
+                          const nlohmann::json& device_properties, const nlohmann::json& other_data) const {
+  // distributedInfo comes first: HTA reads the rank from the first "rank":\s+N in the file.
+  std::string out = "{\"distributedInfo\": {\"backend\": " + json_string(backend) + ", \"rank\": ";
+  append_int(out, rank_);
+  out += ", \"world_size\": ";
+  append_int(out, world_size_);
+  out += "},\n \"schemaVersion\": 1,\n \"displayTimeUnit\": \"ns\",\n \"baseTimeNanoseconds\": ";
+  append_int(out, base_time_ns);
+  out += ",\n \"deviceProperties\": " + device_properties.dump() + ",\n \"otherData\": " + other_data.dump() +
+         ",\n \"traceEvents\": [\n";
+
+  size_t body = 0;
+  for (const auto* lines : {&meta_, &events_})
+    for (const std::string& line : *lines) body += line.size() + 2;
+  out.reserve(out.size() + body + 4);
+  bool first = true;
+  for (const auto* lines : {&meta_, &events_}) {
+    for (const std::string& line : *lines) {
+      if (!first) out += ",\n";
+      out += line;
+      first = false;
+    }
+  }
+  out += "\n]}\n";
+
+  const std::filesystem::path file(path);
+  if (file.has_parent_path()) {
+    std::error_code ec;
+    std::filesystem::create_directories(file.parent_path(), ec);
+    if (ec) throw std::runtime_error("trace: cannot create the directory for " + path + ": " + ec.message());
+  }
+  const std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "wb"));
+  if (!f) throw std::runtime_error("trace: cannot open " + path + " for writing");
+  const bool written = std::fwrite(out.data(), 1, out.size(), f.get()) == out.size();
+  if (!written || std::fflush(f.get()) != 0) throw std::runtime_error("trace: cannot write " + path);
+}
+
+}  // namespace shardlab
