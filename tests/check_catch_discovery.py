@@ -8,7 +8,10 @@ asks ctest for its entries (ctest --show-only=json-v1), asks each binary which c
 entry's spec selects (--list-test-names-only), and fails unless every entry selects exactly one
 case and every case defined in the sources is selected by exactly one entry.
 
-    python3 tests/check_catch_discovery.py BUILD_DIR SOURCE_DIR
+    python3 tests/check_catch_discovery.py BUILD_DIR --suite PREFIX BINARY SOURCE... [--suite ...]
+
+PREFIX is the ctest name prefix of the binary's entries (catch_discover_tests' TEST_PREFIX,
+whose trailing space CMake drops: "unit:"), SOURCE the files compiled into BINARY.
 """
 import collections
 import json
@@ -17,18 +20,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-# ctest name prefix (catch_discover_tests drops the space after the colon) -> (binary's name, the source files that define its cases)
-SUITES = {
-    "unit:": ("shardlab_tests", "test_*.cpp"),
-    "viewer:": ("shardlab_viewer_tests", "viewer_test_*.cpp"),
-}
-
-
-def cases_in_sources(source_dir, pattern):
+def cases_in_sources(sources):
     """Every TEST_CASE name in the sources (adjacent string literals joined), as written."""
     names = []
-    for path in sorted((Path(source_dir) / "tests").glob(pattern)):
-        text = path.read_text()
+    for path in sources:
+        text = Path(path).read_text()
         for m in re.finditer(r'\bTEST_CASE\(\s*((?:"(?:[^"\\]|\\.)*"\s*)+)', text):
             names.append("".join(re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(1))))
     return names
@@ -39,18 +35,30 @@ def selected(binary, spec_args):
     return [line for line in out.splitlines() if line.strip()]
 
 
+def parse_suites(args):
+    """--suite PREFIX BINARY SOURCE... groups -> {prefix: (binary, [sources])}"""
+    suites, current = {}, None
+    for a in args:
+        if a == "--suite":
+            current = []
+            suites[len(suites)] = current
+        else:
+            current.append(a)
+    return {g[0]: (g[1], g[2:]) for g in suites.values()}
+
+
 def main():
-    build_dir, source_dir = sys.argv[1], sys.argv[2]
+    build_dir, suites = sys.argv[1], parse_suites(sys.argv[2:])
     listing = subprocess.run(["ctest", "--test-dir", build_dir, "--show-only=json-v1"],
                              capture_output=True, text=True, check=True).stdout
     tests = json.loads(listing)["tests"]
     problems, checked = [], 0
-    for prefix, (binary_name, pattern) in SUITES.items():
+    for prefix, (binary_name, sources) in suites.items():
         entries = [t for t in tests if t["name"].startswith(prefix) and binary_name in " ".join(t.get("command", []))]
         if not entries:
             continue  # that suite is not built here (the viewer needs its packages)
         binary = next(c for c in entries[0]["command"] if c.endswith(binary_name))
-        defined = cases_in_sources(source_dir, pattern)
+        defined = cases_in_sources(sources)
         listed = selected(binary, [])
         if sorted(defined) != sorted(listed):
             problems.append(f"{binary_name}: the sources define {len(defined)} cases, the binary lists {len(listed)}: "

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -37,9 +38,16 @@ class BatchShare {
   BatchShare(Job& job, const TrainSetup& setup, int64_t grad_accum)
       : job_(job),
         setup_(setup),
-        rows_(micro_rows(setup, job.world_size(), grad_accum)),
-        chain_(static_cast<int>(GPTConfig::preset(setup.model).vocab), setup.fanout, setup.seed),
-        sampler_(chain_, setup.global_batch, setup.T, job.rank(), job.world_size(), setup.seed) {
+        rows_(micro_rows(setup, job.world_size(), grad_accum)) {
+    // The data exist only when the math is done: under --compute skip no token is ever read.
+    // The chain's stationary distribution (seconds for GPT-2's vocabulary) is solved once, by
+    // rank 0, and handed to every rank, instead of once per rank on the same cores.
+    if (job.device().computes()) {
+      const int vocab = static_cast<int>(GPTConfig::preset(setup.model).vocab);
+      std::vector<double> pi = job.solved_once([&] { return MarkovChain(vocab, setup.fanout, setup.seed).stationary(); });
+      chain_.emplace(vocab, setup.fanout, setup.seed, std::move(pi));
+      sampler_.emplace(*chain_, setup.global_batch, setup.T, job.rank(), job.world_size(), setup.seed);
+    }
     Stream& s = job.device().compute_stream();
     tokens_ = job.device().empty({rows_, setup.T}, DType::i32, s, "tokens");
     targets_ = job.device().empty({rows_, setup.T}, DType::i32, s, "targets");
@@ -50,7 +58,7 @@ class BatchShare {
   }
 
   int64_t rows() const { return rows_; }  // per micro-batch
-  const MarkovChain& chain() const { return chain_; }
+  const MarkovChain& chain() const { return chain_.value(); }  // with real compute only
   int64_t tokens_per_step() const { return setup_.global_batch * setup_.T; }
 
   // Micro-batch `micro` of this rank's share of step `step`, bound to the model. Each
@@ -59,11 +67,17 @@ class BatchShare {
   void load(GPT& model, int64_t step, int64_t micro) {
     Device& dev = job_.device();
     Stream& s = dev.compute_stream();
-    const Batch share = sampler_.batch(step);
-    const int64_t offset = micro * rows_ * setup_.T;
-    copy_to_device(dev, s, tokens_, share.tokens.data() + offset);
-    copy_to_device(dev, s, targets_, share.targets.data() + offset);
-    model.set_batch(tokens_, targets_, 1.0f / static_cast<float>(share.rows * setup_.T));
+    const int64_t share_rows = setup_.global_batch / job_.world_size();
+    if (sampler_) {
+      const Batch share = sampler_->batch(step);
+      const int64_t offset = micro * rows_ * setup_.T;
+      copy_to_device(dev, s, tokens_, share.tokens.data() + offset);
+      copy_to_device(dev, s, targets_, share.targets.data() + offset);
+    } else {  // --compute skip: the copies are timed, no data move
+      copy_to_device(dev, s, tokens_, nullptr);
+      copy_to_device(dev, s, targets_, nullptr);
+    }
+    model.set_batch(tokens_, targets_, 1.0f / static_cast<float>(share_rows * setup_.T));
   }
 
  private:
@@ -78,8 +92,8 @@ class BatchShare {
   Job& job_;
   TrainSetup setup_;
   int64_t rows_;
-  MarkovChain chain_;
-  Sampler sampler_;
+  std::optional<MarkovChain> chain_;
+  std::optional<Sampler> sampler_;
   Tensor tokens_, targets_;
 };
 

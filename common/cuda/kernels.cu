@@ -18,6 +18,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <climits>
@@ -29,15 +30,68 @@
 #include <vector>
 
 #include "check.h"
+#include "cublas_library.h"
 
 // CUDA_CHECK's twin for cuBLAS: throws std::runtime_error naming the call, the place and
 // cuBLAS's own words.
-#define CUBLAS_CHECK(call)                                                              \
-  do {                                                                                  \
-    const cublasStatus_t status_ = (call);                                              \
-    if (status_ != CUBLAS_STATUS_SUCCESS)                                               \
-      shardlab::cuda::fail(#call, __FILE__, __LINE__, cublasGetStatusString(status_)); \
+#define CUBLAS_CHECK(call)                                                                         \
+  do {                                                                                             \
+    const cublasStatus_t status_ = (call);                                                         \
+    if (status_ != CUBLAS_STATUS_SUCCESS)                                                          \
+      shardlab::cuda::fail(#call, __FILE__, __LINE__, shardlab::cuda::cublas().status_string(status_)); \
   } while (0)
+
+namespace shardlab::cuda {
+
+// cuBLAS is opened on first use, not linked. Its libcublasLt carries some 185 MB of data whose
+// relocation, at load, costs every process about 0.1 s of CPU and 27,000 page faults, even a
+// sim run that never multiplies on a GPU: 16 ranks on a laptop's two cores paid over a second
+// before main(). (cudart and NCCL load in a few milliseconds, so they stay linked.)
+namespace {
+
+#define SHARDLAB_STR2(x) #x
+#define SHARDLAB_STR(x) SHARDLAB_STR2(x)
+
+CublasLibrary open_cublas() {
+  // The soname of the toolkit we compiled against, found as the loader finds linked libraries
+  // (LD_LIBRARY_PATH, the executable's run path), else in that toolkit's library directory.
+  const std::string soname = "libcublas.so." SHARDLAB_STR(CUBLAS_VER_MAJOR);
+  std::string tried = soname;
+  void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
+#ifdef SHARDLAB_CUDA_LIBRARY_DIR
+  if (lib == nullptr) {
+    const std::string path = std::string(SHARDLAB_CUDA_LIBRARY_DIR) + "/" + soname;
+    tried += " or " + path;
+    lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  }
+#endif
+  if (lib == nullptr)
+    throw std::runtime_error("cannot open cuBLAS (" + tried + "): " + dlerror() +
+                             "; put the CUDA toolkit's library directory on LD_LIBRARY_PATH");
+  CublasLibrary api;
+  api.path = soname;
+  auto symbol = [&](const char* name) {
+    void* f = dlsym(lib, name);
+    if (f == nullptr) throw std::runtime_error("cuBLAS (" + soname + ") has no " + name);
+    return f;
+  };
+  // The names behind cublas_v2.h's macros (cublasCreate is cublasCreate_v2, ...).
+  api.create = reinterpret_cast<decltype(api.create)>(symbol("cublasCreate_v2"));
+  api.set_math_mode = reinterpret_cast<decltype(api.set_math_mode)>(symbol("cublasSetMathMode"));
+  api.set_stream = reinterpret_cast<decltype(api.set_stream)>(symbol("cublasSetStream_v2"));
+  api.sgemm = reinterpret_cast<decltype(api.sgemm)>(symbol("cublasSgemm_v2"));
+  api.status_string = reinterpret_cast<decltype(api.status_string)>(symbol("cublasGetStatusString"));
+  return api;
+}
+
+}  // namespace
+
+const CublasLibrary& cublas() {
+  static const CublasLibrary api = open_cublas();  // thread-safe, once; a failure throws again next call
+  return api;
+}
+
+}  // namespace shardlab::cuda
 
 namespace shardlab::cuda {
 namespace {
@@ -371,8 +425,8 @@ cublasHandle_t cublas_handle_locked() {
   if (cublas_handles.size() <= static_cast<size_t>(device)) cublas_handles.resize(static_cast<size_t>(device) + 1);
   cublasHandle_t& handle = cublas_handles[static_cast<size_t>(device)];
   if (handle == nullptr) {
-    CUBLAS_CHECK(cublasCreate(&handle));
-    CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+    CUBLAS_CHECK(cublas().create(&handle));
+    CUBLAS_CHECK(cublas().set_math_mode(handle, CUBLAS_DEFAULT_MATH));
   }
   return handle;
 }
@@ -390,9 +444,9 @@ void sgemm(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n,
   const float alpha = 1.0f;
   std::lock_guard<std::mutex> lock(cublas_mutex);
   cublasHandle_t handle = cublas_handle_locked();
-  CUBLAS_CHECK(cublasSetStream(handle, as_stream(stream)));
-  CUBLAS_CHECK(cublasSgemm(handle, op_a, op_b, gemm_dim(m, op), gemm_dim(n, op), gemm_dim(k, op), &alpha, A,
-                           gemm_dim(lda, op), B, gemm_dim(ldb, op), &beta, C, gemm_dim(ldc, op)));
+  CUBLAS_CHECK(cublas().set_stream(handle, as_stream(stream)));
+  CUBLAS_CHECK(cublas().sgemm(handle, op_a, op_b, gemm_dim(m, op), gemm_dim(n, op), gemm_dim(k, op), &alpha, A,
+                              gemm_dim(lda, op), B, gemm_dim(ldb, op), &beta, C, gemm_dim(ldc, op)));
 }
 
 // One thread per element of out[N, OC]: element i starts as bias[i % OC] (the GEMM then adds).

@@ -32,9 +32,9 @@ namespace {
 
 // Index of the outcome that u in [0, 1) selects from a cumulative distribution whose last
 // entry is 1: the first entry above u.
-int pick(const std::vector<double>& cdf, double u) {
-  const auto it = std::upper_bound(cdf.begin(), cdf.end(), u);
-  return static_cast<int>(std::min(it - cdf.begin(), static_cast<std::ptrdiff_t>(cdf.size()) - 1));
+int pick(const double* cdf, int n, double u) {
+  const double* it = std::upper_bound(cdf, cdf + n, u);
+  return static_cast<int>(std::min(it - cdf, static_cast<std::ptrdiff_t>(n) - 1));
 }
 
 // For the error message: std::to_string would print a change of 3e-9 as 0.000000.
@@ -52,15 +52,38 @@ constexpr double kStationaryTolerance = 1e-15;
 // faster still.
 constexpr int kMaxPowerIterations = 100000;
 
-}  // namespace
-
-MarkovChain::MarkovChain(int vocab, int fanout, uint64_t seed) : vocab_(vocab) {
+void check_shape(int vocab, int fanout) {
   if (vocab < 2 || fanout < 1 || fanout > vocab)
     throw std::invalid_argument("MarkovChain: vocab " + std::to_string(vocab) + ", fanout " + std::to_string(fanout) +
                                 ": need vocab >= 2 and 1 <= fanout <= vocab");
+}
+
+}  // namespace
+
+MarkovChain::MarkovChain(int vocab, int fanout, uint64_t seed) : vocab_(vocab), fanout_(fanout) {
+  check_shape(vocab, fanout);
+  build_rows(seed);
+  solve_stationary();
+  finish();
+}
+
+MarkovChain::MarkovChain(int vocab, int fanout, uint64_t seed, std::vector<double> stationary)
+    : vocab_(vocab), fanout_(fanout), pi_(std::move(stationary)) {
+  check_shape(vocab, fanout);
+  if (pi_.size() != static_cast<size_t>(vocab))
+    throw std::invalid_argument("MarkovChain: a stationary distribution of " + std::to_string(pi_.size()) +
+                                " entries for a chain of " + std::to_string(vocab) + " states");
+  build_rows(seed);
+  finish();
+}
+
+void MarkovChain::build_rows(uint64_t seed) {
+  const int vocab = vocab_, fanout = fanout_;
   Rng rng(seed);
-  rows_.resize(vocab);
-  row_cdf_.resize(vocab);
+  const size_t entries = static_cast<size_t>(vocab) * static_cast<size_t>(fanout);
+  succ_.resize(entries);
+  prob_.resize(entries);
+  row_cdf_.resize(entries);
 
   // Floyd's algorithm picks the fanout-2 "others" as a uniform subset of the vocab-2
   // candidates (i+2, ..., i+vocab-1 mod vocab) in fanout-2 draws; `taken` marks the chosen
@@ -71,8 +94,10 @@ MarkovChain::MarkovChain(int vocab, int fanout, uint64_t seed) : vocab_(vocab) {
   std::vector<int> chosen;
   std::vector<double> cuts(fanout - 1);
   for (int i = 0; i < vocab; ++i) {
-    std::vector<int> succ = {(i + 1) % vocab};
-    if (fanout >= 2) succ.push_back(i);
+    int32_t* succ = &succ_[static_cast<size_t>(i) * fanout];
+    int k = 0;
+    succ[k++] = (i + 1) % vocab;
+    if (fanout >= 2) succ[k++] = i;
     chosen.clear();
     for (int j = candidates - others; j < candidates; ++j) {
       const int t = static_cast<int>(rng.below(static_cast<uint64_t>(j) + 1));
@@ -82,7 +107,7 @@ MarkovChain::MarkovChain(int vocab, int fanout, uint64_t seed) : vocab_(vocab) {
     }
     for (int c : chosen) {
       taken[c] = 0;
-      succ.push_back((i + 2 + c) % vocab);
+      succ[k++] = (i + 2 + c) % vocab;
     }
 
     // Sorted distinct uniforms on (0, 1) cut [0, 1] into fanout positive pieces. A tie (odds
@@ -91,28 +116,34 @@ MarkovChain::MarkovChain(int vocab, int fanout, uint64_t seed) : vocab_(vocab) {
       for (double& u : cuts) u = rng.uniform_open();
       std::sort(cuts.begin(), cuts.end());
     } while (std::adjacent_find(cuts.begin(), cuts.end()) != cuts.end());
-    std::vector<double>& cdf = row_cdf_[i];
-    cdf.assign(cuts.begin(), cuts.end());
-    cdf.push_back(1.0);
+    double* cdf = &row_cdf_[static_cast<size_t>(i) * fanout];
+    double* prob = &prob_[static_cast<size_t>(i) * fanout];
+    std::copy(cuts.begin(), cuts.end(), cdf);
+    cdf[fanout - 1] = 1.0;
     double prev = 0;
-    for (int k = 0; k < fanout; ++k) {
-      rows_[i].emplace_back(succ[k], cdf[k] - prev);
-      prev = cdf[k];
+    for (int q = 0; q < fanout; ++q) {
+      prob[q] = cdf[q] - prev;
+      prev = cdf[q];
     }
   }
+}
 
-  // Stationary distribution: pi <- pi P from the uniform vector, renormalized each step so
-  // rounding cannot drift the total mass. For fanout 1 (the periodic cycle) no special case
-  // is needed: P is a permutation, the uniform start is already stationary, and the first
-  // step moves nothing.
+// Stationary distribution: pi <- pi P from the uniform vector, renormalized each step so
+// rounding cannot drift the total mass. For fanout 1 (the periodic cycle) no special case is
+// needed: P is a permutation, the uniform start is already stationary, and the first step
+// moves nothing.
+void MarkovChain::solve_stationary() {
+  const int vocab = vocab_, fanout = fanout_;
   pi_.assign(vocab, 1.0 / vocab);
   std::vector<double> next(vocab);
   double change = 0;
   int iter = 0;
   for (; iter < kMaxPowerIterations; ++iter) {
     std::fill(next.begin(), next.end(), 0.0);
-    for (int i = 0; i < vocab; ++i)
-      for (const auto& [to, p] : rows_[i]) next[to] += pi_[i] * p;
+    for (int i = 0; i < vocab; ++i) {
+      const size_t row = static_cast<size_t>(i) * fanout;
+      for (int q = 0; q < fanout; ++q) next[succ_[row + q]] += pi_[i] * prob_[row + q];
+    }
     double mass = 0;
     for (double x : next) mass += x;
     change = 0;
@@ -128,16 +159,22 @@ MarkovChain::MarkovChain(int vocab, int fanout, uint64_t seed) : vocab_(vocab) {
                              ": the stationary distribution did not converge in " +
                              std::to_string(kMaxPowerIterations) + " power iterations (last L1 change " +
                              scientific(change) + "); the chain mixes too slowly, use a larger fanout");
+}
 
-  pi_cdf_.resize(vocab);
+void MarkovChain::finish() {
+  pi_cdf_.resize(vocab_);
   double running = 0;
-  for (int j = 0; j < vocab; ++j) pi_cdf_[j] = running += pi_[j];
+  for (int j = 0; j < vocab_; ++j) pi_cdf_[j] = running += pi_[j];
   pi_cdf_.back() = 1.0;  // so every u in [0, 1) lands somewhere despite rounding
 
   // H = sum_i pi_i H(P[i, :]); every listed probability is positive, so log is finite.
-  for (int i = 0; i < vocab; ++i) {
+  entropy_rate_ = 0;
+  for (int i = 0; i < vocab_; ++i) {
     double row_entropy = 0;
-    for (const auto& [to, p] : rows_[i]) row_entropy -= p * std::log(p);
+    for (int q = 0; q < fanout_; ++q) {
+      const double p = prob_[static_cast<size_t>(i) * fanout_ + q];
+      row_entropy -= p * std::log(p);
+    }
     entropy_rate_ += pi_[i] * row_entropy;
   }
 }
@@ -146,8 +183,8 @@ double MarkovChain::probability(int from, int to) const {
   if (from < 0 || from >= vocab_ || to < 0 || to >= vocab_)
     throw std::out_of_range("MarkovChain::probability(" + std::to_string(from) + ", " + std::to_string(to) +
                             "): states run from 0 to " + std::to_string(vocab_ - 1));
-  for (const auto& [succ, p] : rows_[from])
-    if (succ == to) return p;
+  for (int q = 0; q < fanout_; ++q)
+    if (succ_[static_cast<size_t>(from) * fanout_ + q] == to) return prob_[static_cast<size_t>(from) * fanout_ + q];
   return 0;
 }
 
@@ -156,10 +193,11 @@ std::vector<int32_t> MarkovChain::sample(int64_t n, uint64_t seed) const {
   std::vector<int32_t> out(n);
   if (n == 0) return out;
   Rng rng(seed);
-  int state = pick(pi_cdf_, rng.uniform());
+  int state = pick(pi_cdf_.data(), vocab_, rng.uniform());
   out[0] = state;
   for (int64_t t = 1; t < n; ++t) {
-    state = rows_[state][pick(row_cdf_[state], rng.uniform())].first;
+    const size_t row = static_cast<size_t>(state) * fanout_;
+    state = succ_[row + pick(&row_cdf_[row], fanout_, rng.uniform())];
     out[t] = state;
   }
   return out;

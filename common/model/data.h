@@ -18,9 +18,17 @@ namespace shardlab {
 class MarkovChain {
  public:
   // `vocab` states; each row has `fanout` successors with random probabilities. Depends on
-  // (vocab, fanout, seed) only.
+  // (vocab, fanout, seed) only. Costs O(vocab x fanout) for the rows plus the power iteration
+  // for the stationary distribution, which dominates: about 4,000 sweeps for GPT-2's 50,257
+  // states (a second or so).
   MarkovChain(int vocab, int fanout, uint64_t seed);
+  // The same chain with its stationary distribution already solved (by MarkovChain(vocab,
+  // fanout, seed) in another process, as rank 0 does for every rank): the rows are rebuilt,
+  // the power iteration skipped, and the chain is bit-identical to the solved one. Throws
+  // std::invalid_argument when `stationary` does not have `vocab` entries.
+  MarkovChain(int vocab, int fanout, uint64_t seed, std::vector<double> stationary);
   int vocab() const { return vocab_; }
+  int fanout() const { return fanout_; }
   double entropy_rate() const { return entropy_rate_; }        // nats per token
   const std::vector<double>& stationary() const { return pi_; }
   double probability(int from, int to) const;
@@ -28,11 +36,17 @@ class MarkovChain {
   std::vector<int32_t> sample(int64_t n, uint64_t seed) const;
 
  private:
-  int vocab_;
-  std::vector<std::vector<std::pair<int, double>>> rows_;  // successors and probabilities
-  std::vector<std::vector<double>> row_cdf_;  // running sums of rows_[i]'s probabilities, last = 1
+  void build_rows(uint64_t seed);
+  void solve_stationary();
+  void finish();  // pi's running sums and the entropy rate, from the rows and pi
+  int vocab_, fanout_;
+  // Row i's successors and probabilities are entries [i x fanout, (i + 1) x fanout): every row
+  // has exactly `fanout`, so one flat array each (the power iteration streams through them).
+  std::vector<int32_t> succ_;
+  std::vector<double> prob_;
+  std::vector<double> row_cdf_;  // running sums of each row's probabilities, the row's last = 1
   std::vector<double> pi_;
-  std::vector<double> pi_cdf_;                // running sums of pi_, last = 1
+  std::vector<double> pi_cdf_;   // running sums of pi_, last = 1
   double entropy_rate_ = 0;
 };
 

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include "cuda/cuda_probe.h"
@@ -177,6 +178,34 @@ Job::~Job() { world_.reset(); }
 
 std::string Job::run_dir() const {
   return (fs::path(flags_.trace_dir) / (flags_.run_name.empty() ? info_.id : flags_.run_name)).string();
+}
+
+namespace {
+
+// MPI_Wait, but sleeping between polls: Open MPI's blocking calls spin a core, which on a
+// laptop running more ranks than cores takes the cores from the rank doing the work.
+void wait_sleeping(MPI_Request& request) {
+  for (int done = 0;;) {
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+}  // namespace
+
+std::vector<double> Job::solved_once(const std::function<std::vector<double>()>& solve) {
+  std::vector<double> value;
+  if (is_root()) value = solve();
+  if (world_size_ == 1) return value;
+  uint64_t n = value.size();
+  MPI_Request request;
+  MPI_Ibcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD, &request);
+  wait_sleeping(request);
+  value.resize(n);
+  MPI_Ibcast(value.data(), static_cast<int>(n), MPI_DOUBLE, 0, MPI_COMM_WORLD, &request);
+  wait_sleeping(request);
+  return value;
 }
 
 void Job::say(const std::string& text) const {

@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -100,6 +101,12 @@ class Job {
   void figure(const std::string& key, double value, const std::string& unit, const std::string& what);
   // Free-form text from rank 0.
   void say(const std::string& text) const;
+
+  // `solve` runs on rank 0 only and every rank gets its result: for an expensive value every
+  // rank needs (the data chain's stationary distribution), computed once rather than once per
+  // rank on the same cores. Over MPI in host memory, not traced; the other ranks wait without
+  // spinning (they sleep between polls), so rank 0 has the cores to itself.
+  std::vector<double> solved_once(const std::function<std::vector<double>()>& solve);
 
   // Strategy label for traces and summaries ("overlapped", "bucketed", ...).
   void set_strategy(std::string s) { strategy_ = std::move(s); }

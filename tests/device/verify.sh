@@ -66,7 +66,11 @@ export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_m
 export OMPI_MCA_mca_base_component_show_load_errors=0 PMIX_MCA_mca_base_component_show_load_errors=0
 
 # CUDA's and NCCL's libraries: wherever this machine keeps them (the toolkit, or PyTorch's wheels).
-for lib in $(ldd build-device/chapters/shardlab_ch02 | awk '/not found/ {print $1}'); do
+# cuBLAS is opened at run time (common/cuda/cublas_library.h), so ldd does not list it; its
+# soname carries the toolkit's major version, as cudart's does, and its directory goes on
+# LD_LIBRARY_PATH like the others.
+cublas=libcublas.so.$(ldd build-device/chapters/shardlab_ch02 | grep -o 'libcudart\.so\.[0-9]*' | head -1 | sed 's/.*\.//')
+for lib in $(ldd build-device/chapters/shardlab_ch02 | awk '/not found/ {print $1}') $cublas; do
   found=$(find /usr/local /usr/lib /opt -name "$lib" 2>/dev/null | head -1)
   if [ -z "$found" ]; then echo "verify.sh: $lib (needed by the chapters) is nowhere on this machine"; exit 1; fi
   echo "using $found"

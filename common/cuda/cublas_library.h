@@ -1,0 +1,30 @@
+// cublas_library.h: the cuBLAS functions the kernels call, opened on first use (dlopen), not
+// linked. Why: libcublasLt's relocation costs every process about 0.1 s of CPU at load, which
+// a sim run, or a rank that never multiplies on a GPU, should not pay (kernels.cu has the
+// figures). cudart and NCCL are cheap to load and stay linked.
+//
+//   CUBLAS_CHECK(cuda::cublas().sgemm(handle, ...));  // as cublasSgemm
+#pragma once
+
+#include <cublas_v2.h>
+
+#include <string>
+
+namespace shardlab::cuda {
+
+struct CublasLibrary {
+  std::string path;  // the soname it was opened by
+  cublasStatus_t (*create)(cublasHandle_t*);
+  cublasStatus_t (*set_math_mode)(cublasHandle_t, cublasMath_t);
+  cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
+  cublasStatus_t (*sgemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const float*,
+                          const float*, int, const float*, int, const float*, float*, int);
+  const char* (*status_string)(cublasStatus_t);
+};
+
+// Opens cuBLAS once (thread-safe) and returns its functions. Throws std::runtime_error naming
+// the library and the loader's reason when it cannot be opened or lacks a function; needs no
+// GPU (opening is not initializing).
+const CublasLibrary& cublas();
+
+}  // namespace shardlab::cuda
