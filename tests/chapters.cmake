@@ -33,6 +33,10 @@ function(shardlab_chapter_tests name target)
   add_test(NAME "${name}: more ranks than the profile has GPUs exits 2"
            COMMAND ${EXPECT_EXIT} 2 "--profile pcie-4 has 4 GPUs, but the job has 5 ranks" -- ${MPIRUN} -np 5 $<TARGET_FILE:${target}> --profile pcie-4)
   set_tests_properties("${name}: more ranks than the profile has GPUs exits 2" PROPERTIES PROCESSORS 2)
+  add_test(NAME "${name}: an unwritable --trace-dir exits 2 before step 1"
+           COMMAND ${EXPECT_EXIT} 2 "error: --trace-dir: cannot create '/proc/shardlab-nope/" --not "step 1/" --not "MPI_ABORT"
+                   -- ${MPIRUN} -np 2 $<TARGET_FILE:${target}> --trace-dir /proc/shardlab-nope)
+  set_tests_properties("${name}: an unwritable --trace-dir exits 2 before step 1" PROPERTIES PROCESSORS 2)
   add_test(NAME "${name}: --comm nccl on the sim exits 2"
            COMMAND ${EXPECT_EXIT} 2 "--comm nccl: NCCL needs --device cuda" -- ${MPIRUN} -np 1 $<TARGET_FILE:${target}> --device sim --comm nccl)
   # On a real GPU: world 1 on NCCL, worlds 2-4 sharing the one GPU through the host-staged MPI
@@ -53,6 +57,21 @@ function(shardlab_chapter_tests name target)
 endfunction()
 
 shardlab_chapter_tests(ch00 shardlab_ch00 --steps 2)
+# The training chapters' configuration checks run before step 1: one message from rank 0, exit 2.
+foreach(ch 02 03 04)
+  add_test(NAME "ch${ch}: a global batch that does not divide among the ranks exits 2 before step 1"
+           COMMAND ${EXPECT_EXIT} 2 "error: --global-batch: got '10'; allowed: a multiple of 4 ranks" --not "step 1/" --not "MPI_ABORT"
+                   -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch${ch}> --global-batch 10)
+  set_tests_properties("ch${ch}: a global batch that does not divide among the ranks exits 2 before step 1" PROPERTIES PROCESSORS 4)
+  add_test(NAME "ch${ch}: a sequence longer than the model's context exits 2 before step 1"
+           COMMAND ${EXPECT_EXIT} 2 "error: --seq-len: got '2048'; allowed: 1 to 1024 \\(the context of --model gpt2-small\\)" --not "step 1/"
+                   -- ${MPIRUN} -np 2 $<TARGET_FILE:shardlab_ch${ch}> --model gpt2-small --seq-len 2048 --global-batch 2 --compute skip)
+  set_tests_properties("ch${ch}: a sequence longer than the model's context exits 2 before step 1" PROPERTIES PROCESSORS 2)
+endforeach()
+add_test(NAME "ch02: --grad-accum counts in the global batch's divisibility"
+         COMMAND ${EXPECT_EXIT} 2 "error: --global-batch: got '12'; allowed: a multiple of 3 ranks x 3 micro-batch\\(es\\) = 9" --not "step 1/"
+                 -- ${MPIRUN} -np 3 $<TARGET_FILE:shardlab_ch02> --grad-accum 3)
+set_tests_properties("ch02: --grad-accum counts in the global batch's divisibility" PROPERTIES PROCESSORS 3)
 shardlab_chapter_tests(ch01 shardlab_ch01 --max-bytes 65536)
 # Chapters 02 and 03 check themselves against single-rank training on the global batch (the run
 # fails when the relative error exceeds 1e-5) and count their all-reduces in the trace.

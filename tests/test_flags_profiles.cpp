@@ -80,6 +80,24 @@ TEST_CASE("flags: errors name the flag and what is allowed", "[flags]") {
   CHECK(error_of({"steps"}) == "unexpected argument 'steps'; flags look like --name value (see --help)");
 }
 
+TEST_CASE("flags: checks see the parsed values and the run's shape, in the order added", "[flags]") {
+  Parsed p;
+  std::vector<std::string> ran;
+  p.flags.add_check([&](const RunShape& run) {
+    ran.push_back("divides");
+    require(p.steps % run.world_size == 0, "--steps", p.steps, "a multiple of " + std::to_string(run.world_size));
+  });
+  p.flags.add_check([&](const RunShape&) { ran.push_back("second"); });
+  REQUIRE(p.parse({"--steps", "6"}));
+  CHECK_NOTHROW(p.flags.check(RunShape{3, 8}));
+  CHECK(ran == std::vector<std::string>{"divides", "second"});
+  // The first failing check stops the others, with a flag error's own form.
+  ran.clear();
+  CHECK_THROWS_WITH(p.flags.check(RunShape{4, 8}), "--steps: got '6'; allowed: a multiple of 4");
+  CHECK(ran == std::vector<std::string>{"divides"});
+  CHECK_THROWS_AS(p.flags.check(RunShape{4, 8}), FlagError);
+}
+
 TEST_CASE("profiles: every shipped profile loads with sane numbers", "[profile]") {
   const auto names = profile_names();
   CHECK(names == std::vector<std::string>{"a100-8", "cpu-bound", "h100-2x8", "h100-8", "h100-8x8", "pcie-4"});

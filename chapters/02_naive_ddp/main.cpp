@@ -24,11 +24,10 @@ using namespace shardlab;
 namespace {
 
 TrainFlags train;
-int64_t grad_accum = 1;
 
 void add_flags(Flags& f) {
   add_train_flags(f, train);
-  f.add_int("grad-accum", &grad_accum, 1, 1024, "micro-batches per step; only the last one synchronizes (no_sync)");
+  f.add_int("grad-accum", &train.grad_accum, 1, 1024, "micro-batches per step; only the last one synchronizes (no_sync)");
 }
 
 void lesson(Job& job) {
@@ -39,11 +38,11 @@ void lesson(Job& job) {
   Stream& comm = dev.create_stream("comm");
 
   const TrainSetup setup = train_setup(train, job.steps(), job.flags().seed);
-  ch02::Replica replica(job, setup, grad_accum, ch02::natural_layout(GPTConfig::preset(setup.model)));
+  ch02::Replica replica(job, setup, train.grad_accum, ch02::natural_layout(GPTConfig::preset(setup.model)));
   GPT& model = replica.model();
   job.say("model " + setup.model + ": " + std::to_string(gpt_num_params(model.config())) + " parameters in " +
           std::to_string(model.params().size()) + " tensors; global batch " + std::to_string(setup.global_batch) +
-          " x " + std::to_string(setup.T) + " tokens, " + std::to_string(grad_accum) + " micro-batch(es) per step");
+          " x " + std::to_string(setup.T) + " tokens, " + std::to_string(train.grad_accum) + " micro-batch(es) per step");
 
   // 1. The replicas start equal: rank 0's parameters are broadcast to every rank.
   ch02::start_training(job, replica);
@@ -54,7 +53,7 @@ void lesson(Job& job) {
 
     // 2. Forward and backward on this rank's share, micro-batch by micro-batch. Gradients
     //    accumulate in place; nothing is communicated yet (no_sync for the first K-1).
-    for (int64_t micro = 0; micro < grad_accum; ++micro) {
+    for (int64_t micro = 0; micro < train.grad_accum; ++micro) {
       replica.load_micro_batch(step, micro);
       for (int u = 0; u < model.units(); ++u) model.forward(u, compute);
       for (int u = model.units() - 1; u >= 0; --u) model.backward(u, compute);

@@ -20,13 +20,12 @@ using namespace shardlab;
 namespace {
 
 TrainFlags train;
-int64_t grad_accum = 1;
 double bucket_cap_mb = 25;
 double first_bucket_mb = 1;
 
 void add_flags(Flags& f) {
   add_train_flags(f, train);
-  f.add_int("grad-accum", &grad_accum, 1, 1024, "micro-batches per step; only the last one synchronizes (no_sync)");
+  f.add_int("grad-accum", &train.grad_accum, 1, 1024, "micro-batches per step; only the last one synchronizes (no_sync)");
   f.add_double("bucket-cap-mb", &bucket_cap_mb, 0.001, 1 << 20, "bucket size cap in MiB");
   f.add_double("first-bucket-mb", &first_bucket_mb, 0.001, 1 << 20, "the first bucket's cap in MiB");
 }
@@ -45,7 +44,7 @@ void lesson(Job& job) {
   for (const auto& p : gpt_params(GPTConfig::preset(setup.model))) bytes.push_back(p.shape.numel() * 4);
   const auto buckets = ch03::assign_buckets(bytes, static_cast<int64_t>(first_bucket_mb * (1 << 20)),
                                             static_cast<int64_t>(bucket_cap_mb * (1 << 20)));
-  ch02::Replica replica(job, setup, grad_accum, ch03::bucket_layout(buckets));
+  ch02::Replica replica(job, setup, train.grad_accum, ch03::bucket_layout(buckets));
   ch03::Reducer reducer(job, replica, buckets, comm);
   GPT& model = replica.model();
   job.say("model " + setup.model + ": " + std::to_string(gpt_num_params(model.config())) + " parameters in " +
@@ -57,8 +56,8 @@ void lesson(Job& job) {
   for (int64_t step = 0; step < job.steps(); ++step) {
     Job::Step s(job, step);
     replica.zero_grad();
-    for (int64_t micro = 0; micro < grad_accum; ++micro) {
-      const bool sync = micro == grad_accum - 1;  // no_sync for all but the last micro-batch
+    for (int64_t micro = 0; micro < train.grad_accum; ++micro) {
+      const bool sync = micro == train.grad_accum - 1;  // no_sync for all but the last micro-batch
       replica.load_micro_batch(step, micro);
       for (int u = 0; u < model.units(); ++u) model.forward(u, compute);
       if (sync) reducer.prepare();

@@ -8,11 +8,30 @@
 namespace shardlab {
 namespace {
 
+// Every flag error has this form, whether one flag's value is bad or a check of several fails.
+FlagError value_error(const std::string& flag, const std::string& value, const std::string& allowed) {
+  return FlagError(flag + ": got '" + value + "'; allowed: " + allowed);
+}
+
 [[noreturn]] void bad(const std::string& name, const std::string& value, const std::string& allowed) {
-  throw FlagError("--" + name + ": got '" + value + "'; allowed: " + allowed);
+  throw value_error("--" + name, value, allowed);
 }
 
 }  // namespace
+
+void require(bool ok, const std::string& flag, const std::string& value, const std::string& allowed) {
+  if (!ok) throw value_error(flag, value, allowed);
+}
+
+void require(bool ok, const std::string& flag, int64_t value, const std::string& allowed) {
+  require(ok, flag, std::to_string(value), allowed);
+}
+
+void Flags::add_check(std::function<void(const RunShape&)> check) { checks_.push_back(std::move(check)); }
+
+void Flags::check(const RunShape& run) const {
+  for (const auto& c : checks_) c(run);
+}
 
 void Flags::add_int(std::string name, int64_t* target, int64_t min, int64_t max, std::string help) {
   const std::string allowed = "an integer from " + std::to_string(min) + " to " + std::to_string(max);

@@ -1,11 +1,13 @@
 #include "run/job.h"
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -76,6 +78,43 @@ json to_json(const CollectiveMetrics& c) {
   return {{"name", c.name},   {"step", c.step},           {"group_size", c.group_size},
           {"bytes", c.bytes}, {"time_us", c.time_us},     {"algbw_GBps", c.algbw_GBps},
           {"busbw_GBps", c.busbw_GBps}};
+}
+
+// <trace-dir>/<run-name>, the run name defaulting to the chapter id.
+std::string run_dir(const CommonFlags& flags, const ChapterInfo& info) {
+  return (fs::path(flags.trace_dir) / (flags.run_name.empty() ? info.id : flags.run_name)).string();
+}
+
+// Why this rank cannot write its trace into `dir` ("" when it can): the directory is created
+// and a file written and removed in it, as the end of the run will. Each rank checks, since on
+// several nodes each writes through its own file system.
+std::string writable_problem(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return "--trace-dir: cannot create '" + dir + "': " + ec.message();
+  const fs::path probe = fs::path(dir) / (".write-test-" + std::to_string(getpid()));
+  {
+    std::ofstream out(probe);
+    out << "shardlab\n";
+    out.flush();
+    if (!out) return "--trace-dir: cannot write into '" + dir + "': " + std::strerror(errno);
+  }
+  fs::remove(probe, ec);
+  return "";
+}
+
+// The lowest rank's problem, on every rank ("" when no rank has one): a check that may differ
+// between ranks still ends the job with one message and the same exit on all of them.
+std::string first_problem(const std::string& mine) {
+  const std::vector<std::string> all = gather_strings(mine);
+  std::string first;
+  for (const auto& p : all)
+    if (first.empty()) first = p;
+  int len = static_cast<int>(first.size());
+  MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  first.resize(static_cast<size_t>(len));
+  MPI_Bcast(first.data(), len, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return first;
 }
 
 // Three decimals, or three significant digits for tiny values (errors, tolerances).
@@ -176,9 +215,7 @@ Job::Job(const ChapterInfo& info, const CommonFlags& flags, json config, std::un
 // The communicator may still reference the device's streams and memory: it goes first.
 Job::~Job() { world_.reset(); }
 
-std::string Job::run_dir() const {
-  return (fs::path(flags_.trace_dir) / (flags_.run_name.empty() ? info_.id : flags_.run_name)).string();
-}
+std::string Job::run_dir() const { return shardlab::run_dir(flags_, info_); }
 
 namespace {
 
@@ -378,10 +415,29 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
     if (device == "auto") device = auto_device(common, gpus, node, rank);
     if (common.comm == "auto") common.comm = device == "cuda" ? "nccl" : "mpi";
     Profile profile = load_profile(common.profile);
+    // Everything that can be checked before step 1 is, so a bad configuration costs no work and
+    // ends with one message: the device's own conditions, the chapter's checks of its flags
+    // against the run's shape, and a trace directory this job can write.
+    if (device == "cuda") {
+      if (const std::string problem = cuda_config_problem(common, gpus, node); !problem.empty()) return config_error(problem);
+    } else {
+      if (common.comm == "nccl") return config_error("--comm nccl: NCCL needs --device cuda; the sim uses --comm mpi");
+      if (size > profile.max_ranks())
+        return config_error("--profile " + profile.name + " has " + std::to_string(profile.max_ranks()) +
+                            " GPUs, but the job has " + std::to_string(size) +
+                            " ranks; use fewer ranks or a larger profile (" + [] {
+                              std::string n;
+                              for (const auto& p : profile_names()) n += (n.empty() ? "" : ", ") + p;
+                              return n;
+                            }() + ")");
+    }
+    flags.check(RunShape{size, profile.gpus_per_node});
+    if (const std::string problem = first_problem(writable_problem(run_dir(common, info))); !problem.empty())
+      return config_error(problem);
+
     std::unique_ptr<Device> dev;
     std::unique_ptr<Comm> world;
     if (device == "cuda") {
-      if (const std::string problem = cuda_config_problem(common, gpus, node); !problem.empty()) return config_error(problem);
 #ifdef SHARDLAB_WITH_CUDA
       // Not a configuration error, the same on every rank: a GPU that one rank cannot use (busy,
       // exclusive-process mode, an NCCL failure) fails that rank alone while the others wait in
@@ -394,15 +450,6 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
       }
 #endif
     } else {
-      if (common.comm == "nccl") return config_error("--comm nccl: NCCL needs --device cuda; the sim uses --comm mpi");
-      if (size > profile.max_ranks())
-        return config_error("--profile " + profile.name + " has " + std::to_string(profile.max_ranks()) +
-                            " GPUs, but the job has " + std::to_string(size) +
-                            " ranks; use fewer ranks or a larger profile (" + [] {
-                              std::string n;
-                              for (const auto& p : profile_names()) n += (n.empty() ? "" : ", ") + p;
-                              return n;
-                            }() + ")");
       if (rank == 0)
         std::cout << "shardlab " << info.id << ": " << info.title << "\n"
                   << size << " rank(s), device sim (times are SIMULATED from profile " << profile.name << ": "

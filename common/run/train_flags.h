@@ -6,7 +6,9 @@
 //   --lr X              AdamW learning rate
 //   --skip-reference    no final comparison with single-rank training (which runs on the CPU:
 //                       minutes for gpt2-small; for timing runs of large models on a GPU)
-// The seed and the number of steps are the shared --seed and --steps.
+// The seed and the number of steps are the shared --seed and --steps. Checked before step 1:
+// the sequence fits the model's context, and the global batch divides into ranks x
+// micro-batches (grad_accum: chapters with --grad-accum bind it to that flag).
 #pragma once
 
 #include <string>
@@ -23,6 +25,7 @@ struct TrainFlags {
   int64_t seq_len = 64;
   double lr = 3e-3;
   bool skip_reference = false;
+  int64_t grad_accum = 1;  // micro-batches per step (--grad-accum, where a chapter has it)
 };
 
 inline void add_train_flags(Flags& f, TrainFlags& t) {
@@ -32,6 +35,15 @@ inline void add_train_flags(Flags& f, TrainFlags& t) {
   f.add_double("lr", &t.lr, 0.0, 1.0, "AdamW learning rate");
   f.add_bool("skip-reference", &t.skip_reference,
              "skip the final check against single-rank training (it runs on the CPU; for GPU timing runs)");
+  f.add_check([&t](const RunShape& run) {
+    const int64_t context = GPTConfig::preset(t.model).max_T;
+    require(t.seq_len <= context, "--seq-len", t.seq_len,
+            "1 to " + std::to_string(context) + " (the context of --model " + t.model + ")");
+    const int64_t share = run.world_size * t.grad_accum;
+    require(t.global_batch % share == 0, "--global-batch", t.global_batch,
+            "a multiple of " + std::to_string(run.world_size) + " ranks x " + std::to_string(t.grad_accum) +
+                " micro-batch(es) = " + std::to_string(share));
+  });
 }
 
 // The run those flags describe, as the single-rank reference trainer takes it.
