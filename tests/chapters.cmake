@@ -144,6 +144,18 @@ add_test(NAME "harness: a step that throws prints no progress line"
          COMMAND ${EXPECT_EXIT} 1 "rank 0: error: deliberate failure on rank 0" --also "step 1/2" --not "step 2/2"
                  -- ${MPIRUN} -np 2 $<TARGET_FILE:fail_one_rank> --failing-rank 0 --trace-dir ${RUNS})
 set_tests_properties("harness: a step that throws prints no progress line" PROPERTIES TIMEOUT 60 PROCESSORS 2)
+# A rank that throws in step 3 of 5: every rank writes its trace so far (marked incomplete), its
+# flight record and a report; summary.json names the failure; the validator accepts the traces.
+string(JOIN " " CHECK_FAILED_SH ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_failed_run.py)
+add_test(NAME "harness: a rank that throws in step 3 of 5 leaves every rank's steps 1-2, marked incomplete"
+         COMMAND sh -c "rm -rf '${RUNS}/failed_throw'; ${EXPECT_EXIT} 1 'rank 1: error: deliberate failure on rank 1' -- ${MPIRUN_SH} -np 3 $<TARGET_FILE:fail_one_rank> --steps 5 --failing-step 3 --trace-dir '${RUNS}' --run-name failed_throw && ${VALIDATE_SH} '${RUNS}/failed_throw' --ranks 3 --expect-incomplete && ${CHECK_FAILED_SH} '${RUNS}/failed_throw' --ranks 3 --failed-rank 1 --kind error --steps 2")
+set_tests_properties("harness: a rank that throws in step 3 of 5 leaves every rank's steps 1-2, marked incomplete" PROPERTIES TIMEOUT 60 PROCESSORS 3)
+# A rank that skips one all-reduce (no --debug-collectives): the others wait in it, and after
+# --collective-timeout 5 the job ends naming the rank that never issued it (ctest's own limit:
+# the timeout + 10 s, and a few seconds for mpirun).
+add_test(NAME "harness: a rank that skips a collective ends after --collective-timeout naming itself"
+         COMMAND sh -c "rm -rf '${RUNS}/failed_skip'; ${EXPECT_EXIT} 1 'collective timeout \\(--collective-timeout 5 s\\): allreduce #3 on world \\(16 Float\\) was issued by ranks 0, 2 and never by rank 1' --also 'flight records: ' -- ${MPIRUN_SH} -np 3 $<TARGET_FILE:fail_one_rank> --mode skip --steps 3 --failing-step 3 --collective-timeout 5 --trace-dir '${RUNS}' --run-name failed_skip && ${VALIDATE_SH} '${RUNS}/failed_skip' --ranks 3 --expect-incomplete && ${CHECK_FAILED_SH} '${RUNS}/failed_skip' --ranks 3 --failed-rank 1 --kind timeout --steps 2")
+set_tests_properties("harness: a rank that skips a collective ends after --collective-timeout naming itself" PROPERTIES TIMEOUT 18 PROCESSORS 3)
 
 # Reference traces in traces/ must be what the code writes now: regenerate with the command in
 # traces/README.md and compare byte for byte.
@@ -191,9 +203,13 @@ if(TARGET shardlab-view AND XVFB_RUN)
   add_test(NAME "viewer: a malformed file with --screenshot exits non-zero with a message"
            COMMAND ${EXPECT_EXIT} 1 "shardlab-view: .*malformed\\.json" -- ${XVFB_RUN} -a $<TARGET_FILE:shardlab-view>
                    ${VIEWER_OUT}/malformed.json --screenshot ${VIEWER_OUT}/malformed.png)
+  # A failed run (a rank threw in step 3 of 5) opens, and the window says it is incomplete.
+  add_test(NAME "viewer: a failed run opens and says it is incomplete"
+           COMMAND sh -c "rm -rf '${VIEWER_OUT}/failed'; ${MPIRUN_SH} -np 2 $<TARGET_FILE:fail_one_rank> --steps 5 --failing-step 3 --trace-dir '${VIEWER_OUT}' --run-name failed > /dev/null 2>&1; ${XVFB_RUN} -a $<TARGET_FILE:shardlab-view> '${VIEWER_OUT}/failed' --state-out '${VIEWER_OUT}/failed.json' && ${Python3_EXECUTABLE} -c \"import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print(r['incomplete']); sys.exit(0 if r['ranks'] == 2 and r['incomplete'].startswith('the run failed (rank 1: deliberate failure on rank 1): 2 of 2 rank files') else 1)\" '${VIEWER_OUT}/failed.json'")
   # xvfb-run -a can race for a display number when two start at once.
   set_tests_properties("viewer: a screenshot of a chapter trace under Xvfb is produced and shows the lane colours"
                        "viewer: a malformed file with --screenshot exits non-zero with a message"
+                       "viewer: a failed run opens and says it is incomplete"
                        PROPERTIES TIMEOUT 120 RESOURCE_LOCK xvfb)
 
   # Each chapter README shows a viewer screenshot of its reference trace with the command that

@@ -1,27 +1,40 @@
-// fail_one_rank: a job in which one rank (--failing-rank, default 1) throws in its second step
-// while every other rank waits in a collective. The harness must print that rank's message and
-// bring the whole job down, not hang; the failed step prints no progress line.
+// fail_one_rank: a job in which one rank (--failing-rank, default 1) goes wrong in one step
+// (--failing-step, default 2) while every other rank waits in a collective:
+//   --mode throw  it throws: the harness prints its message, every rank writes its trace so far
+//                 (marked incomplete), and the job ends with status 1 instead of hanging;
+//   --mode skip   it skips that step's all-reduce and carries on, as a rank-dependent branch
+//                 would: after --collective-timeout the job ends naming it.
+// The failed step prints no progress line.
 #include <stdexcept>
 #include <string>
 
+#include "model/ops.h"
 #include "run/job.h"
 
 using namespace shardlab;
 
 namespace {
 int64_t failing_rank = 1;
-}
+int64_t failing_step = 2;
+std::string mode = "throw";
+}  // namespace
 
 int main(int argc, char** argv) {
-  const auto add_flags = [](Flags& f) { f.add_int("failing-rank", &failing_rank, 0, 1 << 20, "the rank that throws"); };
+  const auto add_flags = [](Flags& f) {
+    f.add_int("failing-rank", &failing_rank, 0, 1 << 20, "the rank that goes wrong");
+    f.add_int("failing-step", &failing_step, 1, 1 << 20, "the step (from 1) in which it does");
+    f.add_choice("mode", &mode, {"throw", "skip"}, "throw: it throws; skip: it skips that step's all-reduce");
+  };
   return run_chapter(argc, argv, {"fail_one_rank", "A failing rank", 2}, add_flags, [](Job& job) {
     Device& dev = job.device();
     Tensor t = dev.empty({16}, DType::f32, dev.compute_stream(), "t");
-    for (int64_t step = 0; step < 2; ++step) {
+    for (int64_t step = 0; step < job.steps(); ++step) {
       Job::Step s(job, step);
-      if (step == 1 && job.rank() == failing_rank)
-        throw std::runtime_error("deliberate failure on rank " + std::to_string(job.rank()));
-      job.world().all_reduce(t, ReduceOp::sum, dev.compute_stream());  // in step 2 the failing rank never joins
+      ops::fill(dev, dev.compute_stream(), t, 1.0f);  // some device work in every step's trace
+      const bool wrong = step + 1 == failing_step && job.rank() == failing_rank;
+      if (wrong && mode == "throw") throw std::runtime_error("deliberate failure on rank " + std::to_string(job.rank()));
+      if (!wrong) job.world().all_reduce(t, ReduceOp::sum, dev.compute_stream());
     }
+    dev.free(t);
   });
 }

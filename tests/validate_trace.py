@@ -9,6 +9,10 @@ complete events on each lane nest strictly; every ac2g flow has its start and it
 are unique across the job; GPU events carry device, stream and correlation; no args key is
 named "rank"; there are at least two ProfilerStep#N annotations and memory counters.
 summary.json must list every rank, and no rank may report a race (the race check's findings).
+A run that failed (otherData.incomplete, summary.json's "incomplete") is held to the same rules
+but two: a flow may have its start without its end (a launch whose kernel never ran), and
+summary.json may leave out the ranks it lists as "unreported_ranks". --expect-incomplete
+requires the run to be marked so (the failure tests).
 Exits 1 with one line per problem.
 """
 import json
@@ -65,14 +69,17 @@ def check_rank(path, rank, problems, flow_ids):
                 problems.append(f"{path}: flow end {e['id']} without \"bp\": \"e\"")
         elif ph == "C":
             counters += 1
-    if set(starts) != set(ends):
-        problems.append(f"{path}: flows without both ends: {sorted(set(starts) ^ set(ends))[:5]}")
+    incomplete = doc["otherData"].get("incomplete", False)
+    unmatched = set(ends) - set(starts) if incomplete else set(starts) ^ set(ends)
+    if unmatched:
+        problems.append(f"{path}: flows without both ends: {sorted(unmatched)[:5]}")
     for i in starts:
         if i in flow_ids:
             problems.append(f"{path}: flow id {i} also used in {flow_ids[i]}")
         flow_ids[i] = path
     if steps < 2:
         problems.append(f"{path}: {steps} ProfilerStep annotations (HTA needs at least 2)")
+    return incomplete
     if counters == 0:
         problems.append(f"{path}: no memory counters")
 
@@ -101,11 +108,17 @@ def main():
         if ranks != list(range(want)):
             problems.append(f"{run}: rank files {ranks}, expected 0..{want - 1}")
     flow_ids = {}
-    for r in ranks:
-        check_rank(os.path.join(run, f"rank{r}.json"), r, problems, flow_ids)
+    marked = [check_rank(os.path.join(run, f"rank{r}.json"), r, problems, flow_ids) for r in ranks]
     summary = json.load(open(os.path.join(run, "summary.json")))
-    if [x["rank"] for x in summary["ranks"]] != ranks:
-        problems.append(f"{run}/summary.json: ranks {[x['rank'] for x in summary['ranks']]}, expected {ranks}")
+    reported = sorted([x["rank"] for x in summary["ranks"]] + summary.get("unreported_ranks", []))
+    if reported != ranks:
+        problems.append(f"{run}/summary.json: ranks {reported}, expected {ranks}")
+    if "--expect-incomplete" in sys.argv:
+        if not summary.get("incomplete") or not all(marked):
+            problems.append(f"{run}: not marked incomplete (summary.json: {summary.get('incomplete')}, "
+                            f"rank files: {marked})")
+    elif summary.get("incomplete") or any(marked):
+        problems.append(f"{run}: marked incomplete (the run failed: {summary.get('failure')})")
     for x in summary["ranks"]:
         for race in x.get("races", []):
             problems.append(f"{run}: rank {x['rank']} race: {race}")

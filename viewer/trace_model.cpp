@@ -197,9 +197,11 @@ FileResult parse_file(const std::string& path, size_t size, Shared& shared, Pool
       throw;
     }
     chunks.merge(true);
-    const std::optional<int> rank = skeleton_rank(splitter.skeleton());
+    const SkeletonInfo info = read_skeleton(splitter.skeleton());
     if (!splitter.saw_events()) throw FileError("no traceEvents array");
-    return builder.finish(rank);
+    FileResult result = builder.finish(info.rank);
+    result.rank.incomplete = info.incomplete;
+    return result;
   } catch (const FileError& e) {
     throw std::runtime_error(path + ": " + e.what());
   }

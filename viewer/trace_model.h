@@ -66,6 +66,9 @@ struct Rank {
   std::vector<Flow> flows;  // in order of from_us
   RankTimeline timeline;  // for common/trace/metrics.h
   size_t skipped = 0;     // events dropped as unusable (bad pid/tid types, non-finite or negative times, unmatched E)
+  // "" unless the file says its run failed before the end (shardlab's otherData.incomplete):
+  // then why ("rank 1: deliberate failure"). Its events end where this rank stopped.
+  std::string incomplete;
 };
 
 struct TraceModel {

@@ -1,6 +1,8 @@
 // mismatch_check.cpp: debug mode's header exchange (see mismatch_check.h).
 #include "comm/mismatch_check.h"
 
+#include "comm/watchdog.h"
+
 #include <stdexcept>
 #include <string_view>
 #include <tuple>
@@ -85,7 +87,8 @@ void MismatchCheck::collective(CollectiveKind kind, ReduceOp op, DType dtype, in
     MPI_Isend(&mine, kHeaderWords, MPI_INT64_T, r, kHeaderTag, mpi_, &send_request);
     requests.insert(requests.end(), {recv_request, send_request});
   }
-  MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+  Watchdog::get().wait(requests.data(), static_cast<int>(requests.size()),
+                       "--debug-collectives header exchange of call #" + std::to_string(seq) + " on " + name_);
 
   std::string differences;
   for (int r = 0; r < n; ++r) {
@@ -121,7 +124,10 @@ void MismatchCheck::sendrecv(DType dtype, int to, int64_t send_count, int from, 
        {std::tuple{from, HeaderOp::send, "from"}, std::tuple{to, HeaderOp::recv, "to"}}) {
     if (peer < 0) continue;
     Header theirs;
-    MPI_Recv(&theirs, kHeaderWords, MPI_INT64_T, peer, kHeaderTag, mpi_, MPI_STATUS_IGNORE);
+    MPI_Request request;
+    MPI_Irecv(&theirs, kHeaderWords, MPI_INT64_T, peer, kHeaderTag, mpi_, &request);
+    Watchdog::get().wait(request, "--debug-collectives header of sendrecv #" + std::to_string(seq) + " " +
+                                      direction + " " + who(peer) + " on " + name_);
     const Header& mine = expected == HeaderOp::send ? expecting : sending;
     if (theirs.op == static_cast<int64_t>(expected) && theirs.dtype == mine.dtype && theirs.count == mine.count)
       continue;
@@ -138,7 +144,7 @@ void MismatchCheck::sendrecv(DType dtype, int to, int64_t send_count, int from, 
     break;
   }
   // Headers are a few bytes, sent eagerly: these complete even when the peer never receives.
-  MPI_Waitall(static_cast<int>(sends.size()), sends.data(), MPI_STATUSES_IGNORE);
+  Watchdog::get().wait(sends.data(), static_cast<int>(sends.size()), "--debug-collectives headers sent on " + name_);
   if (!difference.empty())
     mismatch("collective mismatch on communicator " + name_ + ", sendrecv #" + std::to_string(seq) + ": " +
              difference);

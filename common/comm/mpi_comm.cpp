@@ -1,5 +1,7 @@
 #include "comm/mpi_comm.h"
 
+#include "comm/watchdog.h"
+
 #include <algorithm>
 #include <climits>
 #include <cstddef>
@@ -219,12 +221,16 @@ void MpiComm::sendrecv(const Tensor& send, int to, const Tensor& recv, int from,
 void MpiComm::barrier() {
   const int64_t arrived = dev_.now_ns();
   int64_t last = 0;
+  waiting_for_ = "barrier on " + name_;
+  MPI_Request request;
   if (sim_ == nullptr) {
-    MPI_Barrier(comm_);
+    MPI_Ibarrier(comm_, &request);
+    wait(&request, 1);
     dev_.trace().cpu_op("barrier", arrived, dev_.now_ns() - arrived);
     return;
   }
-  MPI_Allreduce(&arrived, &last, 1, MPI_INT64_T, MPI_MAX, comm_);
+  MPI_Iallreduce(&arrived, &last, 1, MPI_INT64_T, MPI_MAX, comm_, &request);
+  wait(&request, 1);
   sim_->host_wait_until(last, "barrier");
 }
 
@@ -237,13 +243,27 @@ void MpiComm::run(const Call& call, Stream& s) {
   // stream that ran on (NCCL runs one communicator's operations in order).
   const auto issue = sim_->comm_issue(s, call.kind ? nccl_api_name(*call.kind) : "ncclGroupEnd", last_end_ns_);
   const int64_t seq = call.kind ? ++seq_ : ++p2p_seq_;
+  const int64_t flight = record_issued(call, seq);
   check(call);
   const auto [start, end] = call.kind ? agree_collective(call, issue.ready_ns) : agree_p2p(call, issue.ready_ns);
+  Watchdog::get().flight().started(flight);
   // Under --compute skip the tensors have no memory: time passes, nothing moves.
   if (dev_.computes()) call.move(call.a, call.b);
+  Watchdog::get().flight().done(flight);
   sim_->comm_complete(s, trace_args(call, seq), issue, start, end, call.accesses);
   last_end_ns_ = end;
 }
+
+// The flight recorder's entry for this operation, and the name the watchdog gives its waits.
+int64_t MpiComm::record_issued(const Call& call, int64_t seq) {
+  const std::string op = call.kind ? std::string(collective_name(*call.kind)) : "sendrecv";
+  const int64_t count = std::max(call.in_nelems, call.out_nelems);
+  waiting_for_ = op + " #" + std::to_string(seq) + " on " + name_ + " (" + std::to_string(count) + " " +
+                 std::string(kineto_dtype(call.dtype)) + ")";
+  return Watchdog::get().flight().issued(seq, op, name_, world_ranks_, count, std::string(kineto_dtype(call.dtype)));
+}
+
+void MpiComm::wait(MPI_Request* requests, int n) const { Watchdog::get().wait(requests, n, waiting_for_); }
 
 void MpiComm::check(const Call& call) {
   // Debug mode: compare before anything can block, so a mismatch throws instead of hanging.
@@ -264,6 +284,7 @@ void MpiComm::check(const Call& call) {
 // see it on either communicator.
 void MpiComm::run_staged(const Call& call, Stream& s) {
   const int64_t seq = call.kind ? ++seq_ : ++p2p_seq_;
+  const int64_t flight = record_issued(call, seq);
   check(call);
   const Device::CollectiveMark mark = dev_.begin_collective(s);
   struct HostCopy {
@@ -283,7 +304,9 @@ void MpiComm::run_staged(const Call& call, Stream& s) {
   };
   const HostCopy a = copy_down(call.a), b = copy_down(call.b);
   const int64_t t0 = dev_.now_ns();
+  Watchdog::get().flight().started(flight);
   call.move(a.t, b.t);
+  Watchdog::get().flight().done(flight);
   const std::string api(call.kind ? nccl_api_name(*call.kind) : "ncclGroupEnd");
   dev_.trace().cpu_op("MPI for " + api + " (host-staged)", t0, dev_.now_ns() - t0,
                       TraceArgs().add("bytes", call.bytes()).add("Seq", seq));
@@ -299,7 +322,9 @@ void MpiComm::run_staged(const Call& call, Stream& s) {
 std::pair<int64_t, int64_t> MpiComm::agree_collective(const Call& call, int64_t ready_ns) {
   // A collective starts when its last member arrives; the others wait (their comm_wait slice).
   int64_t start = 0;
-  MPI_Allreduce(&ready_ns, &start, 1, MPI_INT64_T, MPI_MAX, comm_);
+  MPI_Request request;
+  MPI_Iallreduce(&ready_ns, &start, 1, MPI_INT64_T, MPI_MAX, comm_, &request);
+  wait(&request, 1);
   return {start, start + collective_ns(link_, *call.kind, call.bytes(), size())};
 }
 
@@ -316,7 +341,7 @@ std::pair<int64_t, int64_t> MpiComm::agree_p2p(const Call& call, int64_t ready_n
   };
   if (call.to >= 0) exchange(call.to, kReadyToReceiverTag, &to_ready, kReadyToSenderTag);
   if (call.from >= 0) exchange(call.from, kReadyToSenderTag, &from_ready, kReadyToReceiverTag);
-  MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+  wait(requests.data(), static_cast<int>(requests.size()));
 
   int64_t start = std::numeric_limits<int64_t>::max(), end = 0;
   auto transfer = [&](int peer, int64_t peer_ready, int64_t nelems) {
@@ -361,7 +386,9 @@ void MpiComm::for_each_chunk(int64_t n, const std::function<void(int64_t offset,
 
 void MpiComm::move_all_reduce(const Tensor& buf, ReduceOp op) const {
   for_each_chunk(buf.numel(), [&](int64_t offset, int count) {
-    MPI_Allreduce(MPI_IN_PLACE, at(buf, offset), count, mpi_type(buf.dtype), mpi_op(op), comm_);
+    MPI_Request request;
+    MPI_Iallreduce(MPI_IN_PLACE, at(buf, offset), count, mpi_type(buf.dtype), mpi_op(op), comm_, &request);
+    wait(&request, 1);
   });
   if (op == ReduceOp::avg) divide(buf, size());
 }
@@ -374,13 +401,17 @@ void MpiComm::move_reduce_scatter(const Tensor& send, const Tensor& recv, Reduce
   // reduce each rank's block to that rank instead.
   const bool in_place = recv.data == at(send, rank_ * n);
   if (n <= message_limit_ && !in_place) {
-    MPI_Reduce_scatter_block(send.data, recv.data, static_cast<int>(n), type, mpi_op(op), comm_);
+    MPI_Request request;
+    MPI_Ireduce_scatter_block(send.data, recv.data, static_cast<int>(n), type, mpi_op(op), comm_, &request);
+    wait(&request, 1);
   } else {
     for_each_chunk(n, [&](int64_t offset, int count) {
       for (int root = 0; root < size(); ++root) {
         const bool mine = root == rank_;
-        MPI_Reduce(mine && in_place ? MPI_IN_PLACE : at(send, root * n + offset), mine ? at(recv, offset) : nullptr,
-                   count, type, mpi_op(op), root, comm_);
+        MPI_Request request;
+        MPI_Ireduce(mine && in_place ? MPI_IN_PLACE : at(send, root * n + offset), mine ? at(recv, offset) : nullptr,
+                    count, type, mpi_op(op), root, comm_, &request);
+        wait(&request, 1);
       }
     });
   }
@@ -399,7 +430,9 @@ void MpiComm::move_all_gather(const Tensor& send, const Tensor& recv) const {
     MPI_Type_contiguous(count, type, &piece);
     MPI_Type_create_resized(piece, 0, static_cast<MPI_Aint>(static_cast<size_t>(n) * dtype_size(send.dtype)), &block);
     MPI_Type_commit(&block);
-    MPI_Allgather(in_place ? MPI_IN_PLACE : at(send, offset), count, type, at(recv, offset), 1, block, comm_);
+    MPI_Request request;
+    MPI_Iallgather(in_place ? MPI_IN_PLACE : at(send, offset), count, type, at(recv, offset), 1, block, comm_, &request);
+    wait(&request, 1);
     MPI_Type_free(&block);
     MPI_Type_free(&piece);
   });
@@ -407,7 +440,9 @@ void MpiComm::move_all_gather(const Tensor& send, const Tensor& recv) const {
 
 void MpiComm::move_broadcast(const Tensor& buf, int root) const {
   for_each_chunk(buf.numel(), [&](int64_t offset, int count) {
-    MPI_Bcast(at(buf, offset), count, mpi_type(buf.dtype), root, comm_);
+    MPI_Request request;
+    MPI_Ibcast(at(buf, offset), count, mpi_type(buf.dtype), root, comm_, &request);
+    wait(&request, 1);
   });
 }
 
@@ -424,7 +459,7 @@ void MpiComm::move_sendrecv(const Tensor& send, int to, const Tensor& recv, int 
       requests.emplace_back();
       MPI_Irecv(at(recv, offset), count, mpi_type(recv.dtype), from, kDataTag, comm_, &requests.back());
     });
-  MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+  wait(requests.data(), static_cast<int>(requests.size()));
 }
 
 }  // namespace shardlab

@@ -77,6 +77,10 @@ class MpiComm final : public Comm {
   void run(const Call& call, Stream& s);
   void run_staged(const Call& call, Stream& s);  // a real GPU: through host memory
   void check(const Call& call);                  // debug mode
+  // The flight recorder's entry (comm/watchdog.h) for the operation; names its waits.
+  int64_t record_issued(const Call& call, int64_t seq);
+  // Every wait on the other ranks: the watchdog's (a timeout, or another rank's failure, throws).
+  void wait(MPI_Request* requests, int n) const;
   // [start, end) of the operation on this rank, from this rank's ready time.
   std::pair<int64_t, int64_t> agree_collective(const Call& call, int64_t ready_ns);
   std::pair<int64_t, int64_t> agree_p2p(const Call& call, int64_t ready_ns);
@@ -96,6 +100,7 @@ class MpiComm final : public Comm {
   std::string name_;
   std::vector<int> world_ranks_;
   std::string group_ranks_;  // world_ranks_ as a JSON list, for traces
+  std::string waiting_for_;  // the operation under way, as a timeout names it
   int rank_ = 0;
   std::unique_ptr<MismatchCheck> check_;  // debug mode only
   LinkTier link_;

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
+#include <map>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -39,25 +41,37 @@ void print_error(const std::string& line) {
   std::fflush(stderr);
 }
 
-// Every rank sends a string; rank 0 gets them all in rank order.
+// Every rank sends a string; rank 0 gets them all in rank order. Its waits are the watchdog's:
+// a rank that never arrives ends the job with a timeout, not a hang.
 std::vector<std::string> gather_strings(const std::string& mine) {
   int size = 1, rank = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int len = static_cast<int>(mine.size());
   std::vector<int> lens(size), offsets(size);
-  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  MPI_Request request;
+  MPI_Igather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD, &request);
+  Watchdog::get().wait(request, "a gather to rank 0 (the harness: checks or the run summary)");
   std::string all;
   if (rank == 0) {
     int total = 0;
     for (int r = 0; r < size; ++r) offsets[r] = total, total += lens[r];
     all.resize(total);
   }
-  MPI_Gatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+  MPI_Igatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), offsets.data(), MPI_CHAR, 0, MPI_COMM_WORLD,
+               &request);
+  Watchdog::get().wait(request, "a gather to rank 0 (the harness: checks or the run summary)");
   std::vector<std::string> out;
   if (rank == 0)
     for (int r = 0; r < size; ++r) out.push_back(all.substr(offsets[r], lens[r]));
   return out;
+}
+
+// MPI_Bcast from rank 0 through the watchdog.
+void broadcast(void* data, int count, MPI_Datatype type, const std::string& what) {
+  MPI_Request request;
+  MPI_Ibcast(data, count, type, 0, MPI_COMM_WORLD, &request);
+  Watchdog::get().wait(request, what);
 }
 
 json to_json(const StepMetrics& m) {
@@ -111,9 +125,9 @@ std::string first_problem(const std::string& mine) {
   for (const auto& p : all)
     if (first.empty()) first = p;
   int len = static_cast<int>(first.size());
-  MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  broadcast(&len, 1, MPI_INT, "the configuration checks' verdict");
   first.resize(static_cast<size_t>(len));
-  MPI_Bcast(first.data(), len, MPI_CHAR, 0, MPI_COMM_WORLD);
+  broadcast(first.data(), len, MPI_CHAR, "the configuration checks' verdict");
   return first;
 }
 
@@ -217,31 +231,15 @@ Job::~Job() { world_.reset(); }
 
 std::string Job::run_dir() const { return shardlab::run_dir(flags_, info_); }
 
-namespace {
-
-// MPI_Wait, but sleeping between polls: Open MPI's blocking calls spin a core, which on a
-// laptop running more ranks than cores takes the cores from the rank doing the work.
-void wait_sleeping(MPI_Request& request) {
-  for (int done = 0;;) {
-    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (done) return;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
-
-}  // namespace
-
 std::vector<double> Job::solved_once(const std::function<std::vector<double>()>& solve) {
   std::vector<double> value;
   if (is_root()) value = solve();
   if (world_size_ == 1) return value;
+  // The watchdog's waits sleep between polls: the others leave rank 0 the cores.
   uint64_t n = value.size();
-  MPI_Request request;
-  MPI_Ibcast(&n, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD, &request);
-  wait_sleeping(request);
+  broadcast(&n, 1, MPI_UINT64_T, "a value rank 0 computes for all");
   value.resize(n);
-  MPI_Ibcast(value.data(), static_cast<int>(n), MPI_DOUBLE, 0, MPI_COMM_WORLD, &request);
-  wait_sleeping(request);
+  broadcast(value.data(), static_cast<int>(n), MPI_DOUBLE, "a value rank 0 computes for all");
   return value;
 }
 
@@ -298,29 +296,26 @@ Job::Step::~Step() {
   std::cout << line << std::endl;
 }
 
-void Job::finish() {
-  Device& d = device();
-  d.synchronize();
-  const RankTimeline& tl = d.trace().timeline();
+json Job::other_data() const {
+  return {{"chapter", info_.id},       {"strategy", strategy_},           {"device", std::string(device_->kind())},
+          {"profile", device_->profile().name}, {"simulated", device_->simulated()}, {"compute", flags_.compute},
+          {"world_size", world_size_}, {"config", config_}};
+}
 
-  // Per-rank results, computed by the one metrics library, gathered to rank 0.
+json Job::rank_report() const {
+  Device& d = *device_;
+  const RankTimeline& tl = d.trace().timeline();
   json mine = {{"rank", rank_}, {"steps", json::array()}, {"collectives", json::array()},
                {"races", d.race_reports()}, {"trace_events", d.trace().event_count()},
                {"peak_allocated_bytes", d.allocator().peak_allocated()},
                {"peak_reserved_bytes", d.allocator().peak_reserved()}};
   for (const auto& m : step_metrics(tl)) mine["steps"].push_back(to_json(m));
   for (const auto& c : collective_metrics(tl)) mine["collectives"].push_back(to_json(c));
-  const std::vector<std::string> per_rank = gather_strings(mine.dump());
+  return mine;
+}
 
-  // Traces: rank 0 clears the run directory's old rank files (a previous run may have had
-  // more ranks), then every rank writes its own.
-  const fs::path dir = run_dir();
-  if (is_root()) {
-    fs::create_directories(dir);
-    for (const auto& entry : fs::directory_iterator(dir))
-      if (entry.path().filename().string().rfind("rank", 0) == 0) fs::remove(entry.path());
-  }
-  MPI_Barrier(MPI_COMM_WORLD);
+void Job::write_rank_trace(const json& other) const {
+  Device& d = *device_;
   const Profile& p = d.profile();
   const json device_properties = json::array({{{"id", d.trace().device_pid()},
                                                {"name", p.gpu_name},
@@ -329,11 +324,32 @@ void Job::finish() {
                                                {"computeMinor", p.compute_minor},
                                                {"numSms", p.sm_count},
                                                {"simulated", d.simulated()}}});
-  const json other = {{"chapter", info_.id},       {"strategy", strategy_},      {"device", std::string(d.kind())},
-                      {"profile", p.name},         {"simulated", d.simulated()}, {"compute", flags_.compute},
-                      {"world_size", world_size_}, {"config", config_}};
-  d.trace().write((dir / ("rank" + std::to_string(rank_) + ".json")).string(), flags_.comm, d.base_time_ns(),
-                  device_properties, other);
+  d.trace().write((fs::path(run_dir()) / ("rank" + std::to_string(rank_) + ".json")).string(), flags_.comm,
+                  d.base_time_ns(), device_properties, other);
+}
+
+void Job::finish() {
+  Device& d = device();
+  d.synchronize();
+
+  // Per-rank results, computed by the one metrics library, gathered to rank 0.
+  const std::vector<std::string> per_rank = gather_strings(rank_report().dump());
+
+  // Traces: rank 0 clears the run directory's old rank files and flight records (a previous
+  // run may have had more ranks, or failed), then every rank writes its own.
+  const fs::path dir = run_dir();
+  if (is_root()) {
+    fs::create_directories(dir);
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("rank", 0) == 0 || name.rfind("flight_record", 0) == 0) fs::remove(entry.path());
+    }
+  }
+  MPI_Request request;
+  MPI_Ibarrier(MPI_COMM_WORLD, &request);
+  Watchdog::get().wait(request, "the barrier before writing traces");
+  const json other = other_data();
+  write_rank_trace(other);
 
   if (is_root()) {
     json summary = other;
@@ -369,6 +385,193 @@ void Job::finish() {
   }
 }
 
+namespace {
+
+// How long the failure wrap-up waits for the other ranks' reports, and they for rank 0's word.
+constexpr double kWrapUpSeconds = 5;
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+// From the flight records of the ranks that reported (rank -> record): the collective some
+// ranks issued and others never did, and who. A group's collectives are numbered alike on all
+// its members (#1, #2, ...), so the highest number any member issued is the one the others
+// have not reached. Send/recv pairs are numbered per rank and left out. "" when nothing is
+// stuck that way (every rank timed out somewhere else, say).
+std::string diagnose_hang(const std::map<int, json>& records) {
+  std::map<std::string, std::vector<int>> groups;
+  std::map<std::pair<std::string, int>, json> last;  // (group, rank) -> its last collective there
+  for (const auto& [rank, rec] : records) {
+    for (const auto& [name, ranks] : rec["flight"]["groups"].items()) groups[name] = ranks.get<std::vector<int>>();
+    for (const json& e : rec["flight"]["entries"])
+      if (e["op"] != "sendrecv") last[{e["group"].get<std::string>(), rank}] = e;
+  }
+  std::string out;
+  for (const auto& [group, members] : groups) {
+    int64_t top = 0;
+    json stuck;
+    for (int r : members)
+      if (auto it = last.find({group, r}); it != last.end() && it->second["seq"].get<int64_t>() > top)
+        top = it->second["seq"].get<int64_t>(), stuck = it->second;
+    if (top == 0 || stuck["state"] == "done") continue;
+    std::vector<int> issued, never, silent;
+    for (int r : members) {
+      if (!records.count(r)) silent.push_back(r);
+      else if (auto it = last.find({group, r}); it != last.end() && it->second["seq"].get<int64_t>() >= top) issued.push_back(r);
+      else never.push_back(r);
+    }
+    if (never.empty() && silent.empty()) continue;
+    out += stuck["op"].get<std::string>() + " #" + std::to_string(top) + " on " + group + " (" +
+           std::to_string(stuck["count"].get<int64_t>()) + " " + stuck["dtype"].get<std::string>() + ") was issued by " +
+           rank_list(issued);
+    if (!never.empty()) {
+      out += " and never by " + rank_list(never);
+      for (int r : never) {
+        auto it = last.find({group, r});
+        out += "; rank " + std::to_string(r) + "'s last on " + group + ": " +
+               (it == last.end() ? std::string("none")
+                                 : it->second["op"].get<std::string>() + " #" + std::to_string(it->second["seq"].get<int64_t>()) +
+                                       " (" + it->second["state"].get<std::string>() + ")") +
+               "; it was waiting in " + records.at(r).value("waiting_in", std::string("nothing (busy elsewhere)"));
+      }
+    }
+    if (!silent.empty()) out += "; " + rank_list(silent) + " did not report (busy outside a collective, or gone)";
+    out += "\n";
+  }
+  return out;
+}
+
+void write_json(const fs::path& path, const json& j) {
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+}
+
+}  // namespace
+
+void Job::fail(const Failure& failure, bool origin) {
+  Watchdog& w = Watchdog::get();
+  if (origin) {
+    // A timeout is told once, by rank 0, with the other ranks' flight records; an error here.
+    if (failure.kind != "timeout") print_error("rank " + std::to_string(rank_) + ": error: " + failure.reason);
+    w.announce(failure);
+  }
+  const bool terminating = failure.kind == "terminated";  // mpirun's SIGKILL follows: no wrap-up
+
+  // What this rank has: its flight record and its trace so far, marked incomplete.
+  const fs::path dir = run_dir();
+  json seen = failure.to_json();
+  if (origin) seen["reason"] = failure.reason;
+  json record = {{"rank", rank_}, {"failure", seen}, {"origin", origin}, {"waiting_in", w.last_wait()},
+                 {"flight", w.flight().to_json()}};
+  try {
+    write_json(dir / ("flight_record_rank" + std::to_string(rank_) + ".json"), record);
+    json other = other_data();
+    other["incomplete"] = true;
+    other["failure"] = failure.to_json();
+    write_rank_trace(other);
+  } catch (const std::exception& e) {
+    print_error("rank " + std::to_string(rank_) + ": could not write its trace or flight record: " + e.what());
+  }
+  json report = rank_report();
+  report["failure"] = seen;
+  report["waiting_in"] = w.last_wait();
+  report["flight"] = record["flight"];
+
+  if (!is_root()) {
+    if (!terminating && w.running()) {
+      const std::string text = report.dump();
+      MPI_Request send;
+      MPI_Isend(text.data(), static_cast<int>(text.size()), MPI_CHAR, 0, kReportTag, w.control(), &send);
+      if (w.wait_for(&send, 1, kWrapUpSeconds * 2)) {
+        MPI_Request done;
+        MPI_Irecv(nullptr, 0, MPI_CHAR, 0, kExitTag, w.control(), &done);
+        w.wait_for(&done, 1, kWrapUpSeconds * 2);
+      }
+    }
+    std::fflush(stdout);
+    std::_Exit(1);
+  }
+
+  // Rank 0: the others' reports, as many as arrive in time.
+  std::map<int, json> reports = {{0, report}};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kWrapUpSeconds);
+  while (!terminating && w.running() && static_cast<int>(reports.size()) < world_size_ &&
+         std::chrono::steady_clock::now() < deadline) {
+    int arrived = 0;
+    MPI_Status status;
+    MPI_Iprobe(MPI_ANY_SOURCE, kReportTag, w.control(), &arrived, &status);
+    if (!arrived) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    int len = 0;
+    MPI_Get_count(&status, MPI_CHAR, &len);
+    std::string text(static_cast<size_t>(len), '\0');
+    MPI_Recv(text.data(), len, MPI_CHAR, status.MPI_SOURCE, kReportTag, w.control(), MPI_STATUS_IGNORE);
+    reports[status.MPI_SOURCE] = json::parse(text, nullptr, false);
+  }
+
+  bool timed_out = false;
+  for (const auto& [r, rep] : reports) timed_out |= rep.is_object() && rep["failure"].value("kind", "") == "timeout";
+  std::string diagnosis;
+  if (timed_out) {
+    diagnosis = diagnose_hang(reports);
+    char limit[64];
+    std::snprintf(limit, sizeof limit, "%g", flags_.collective_timeout_s);
+    std::string text = info_.id + ": error: collective timeout (--collective-timeout " + limit + " s): " +
+                       (diagnosis.empty() ? "no collective was issued by some ranks and not others; the ranks waited in:\n"
+                                          : diagnosis);
+    if (diagnosis.empty())
+      for (const auto& [r, rep] : reports) text += "  rank " + std::to_string(r) + ": " + rep.value("waiting_in", "") + "\n";
+    text += "flight records: " + fs::absolute(dir).string() + "/flight_record_rank<R>.json";
+    print_error(text);
+  }
+
+  json summary = other_data();
+  summary["title"] = info_.title;
+  summary["run"] = dir.filename().string();
+  summary["times"] = device_->simulated() ? "simulated" : "measured";
+  summary["incomplete"] = true;
+  summary["failure"] = failure.to_json();
+  if (!diagnosis.empty()) summary["diagnosis"] = diagnosis;
+  summary["figures"] = figures_;
+  summary["ranks"] = json::array();
+  std::vector<int> missing;
+  for (int r = 0; r < world_size_; ++r) {
+    if (!reports.count(r)) {
+      missing.push_back(r);
+      continue;
+    }
+    json entry = reports[r];
+    entry.erase("flight");  // in flight_record_rank<R>.json
+    summary["ranks"].push_back(entry);
+  }
+  summary["unreported_ranks"] = missing;
+  try {
+    write_json(dir / "summary.json", summary);
+    std::cout << "\nthe run failed; what every rank had is in " << fs::absolute(dir).string()
+              << " (traces marked incomplete, summary.json, flight_record_rank<R>.json)" << std::endl;
+  } catch (const std::exception& e) {
+    print_error("rank 0: could not write summary.json: " + std::string(e.what()));
+  }
+  // Let the others go; those that never reported are ended by mpirun when this rank exits.
+  std::vector<MPI_Request> exits;
+  for (const auto& [r, rep] : reports) {
+    if (r == 0) continue;
+    exits.emplace_back();
+    MPI_Isend(nullptr, 0, MPI_CHAR, r, kExitTag, w.control(), &exits.back());
+  }
+  if (!exits.empty()) w.wait_for(exits.data(), static_cast<int>(exits.size()), kWrapUpSeconds);
+  std::fflush(stdout);
+  std::_Exit(1);
+}
+
+// SIGTERM (mpirun ending the job because a rank died) or SIGINT (Ctrl+C): the next wait throws.
+extern "C" void shardlab_on_signal(int sig) { Watchdog::signal_received.store(sig); }
+
 int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& add_flags, const Lesson& lesson) {
   MPI_Init(&argc, &argv);
   int rank = 0, size = 1;
@@ -392,6 +595,8 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
   flags.add_string("run-name", &common.run_name, "name of this run's trace directory (default: the chapter id)");
   flags.add_bool("debug-collectives", &common.debug_collectives,
                  "check that all ranks issue the same collective, count and dtype in the same order");
+  flags.add_double("collective-timeout", &common.collective_timeout_s, 0, 86400,
+                   "seconds a rank waits in a collective before the job ends naming the ranks that never issued it (0: forever)");
   if (add_flags) add_flags(flags);
 
   // Configuration errors are the same on every rank: each exits 2, rank 0 says why.
@@ -407,6 +612,9 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
       MPI_Finalize();
       return 0;
     }
+    Watchdog::get().start(common.collective_timeout_s);
+    std::signal(SIGTERM, shardlab_on_signal);
+    std::signal(SIGINT, shardlab_on_signal);
     const ComputeMode mode = common.compute == "skip" ? ComputeMode::skip : ComputeMode::real;
     std::string device = common.device;
     // Where this rank sits on its node matters only where there are GPUs (a collective call).
@@ -465,15 +673,18 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
     return config_error(e.what());
   }
 
+  // One rank failing must not leave the others waiting in a collective forever, nor lose
+  // what they have: fail() writes every rank's trace so far and ends the job (status 1).
   try {
     lesson(*job);
     job->finish();
+  } catch (const JobFailure& f) {
+    job->fail(f.failure, f.origin);
   } catch (const std::exception& e) {
-    // One rank failing must not leave the others waiting in a collective forever.
-    print_error("rank " + std::to_string(rank) + ": error: " + e.what());
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    job->fail({rank, "error", e.what()}, true);
   }
   job.reset();
+  Watchdog::get().stop();
   MPI_Finalize();
   return 0;
 }

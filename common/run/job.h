@@ -14,11 +14,14 @@
 // ranks can share one GPU); on cuda each rank takes the GPU of its local rank on the node;
 // runs the lesson; writes <trace-dir>/<run-name>/rank<R>.json and summary.json; prints where
 // they are.
-// Errors: a bad flag exits 2 on every rank with the message once; an exception in any rank
-// prints "rank R: error: ..." and aborts the whole job (MPI_Abort), so no rank is left hanging.
+// Errors: a bad flag, or a configuration check (Flags::add_check), exits 2 on every rank
+// before step 1 with the message once. An exception in any rank prints "rank R: error: ..."
+// and ends the whole job with status 1, every rank first writing its trace so far (marked
+// incomplete); a collective that outlasts --collective-timeout ends it the same way, with the
+// ranks that never issued it named (comm/watchdog.h).
 //
 // Shared flags: --device sim|cuda, --comm mpi|nccl, --profile NAME|PATH, --compute real|skip, --steps N,
-// --seed N, --trace-dir DIR, --run-name NAME, --debug-collectives.
+// --seed N, --trace-dir DIR, --run-name NAME, --debug-collectives, --collective-timeout SECONDS.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/comm.h"
+#include "comm/watchdog.h"
 #include "device/device.h"
 #include "run/flags.h"
 
@@ -51,6 +55,7 @@ struct CommonFlags {
   std::string trace_dir = "runs";
   std::string run_name;  // default: the chapter id
   bool debug_collectives = false;
+  double collective_timeout_s = 60;  // 0: wait forever
 };
 
 class Job {
@@ -113,9 +118,18 @@ class Job {
   nlohmann::json& results() { return results_; }  // extra machine-readable results
 
   void finish();  // writes traces and summary.json (run_chapter calls it)
+  // The job is failing (this rank threw or timed out, or another rank announced it): write
+  // what this rank has (its trace so far, marked incomplete, and its flight record), send rank
+  // 0 a report, and end the process with status 1. Rank 0 gathers the reports (for a few
+  // seconds at most), names the ranks that never issued a stuck collective, and writes
+  // summary.json marked incomplete. run_chapter calls it.
+  [[noreturn]] void fail(const Failure& failure, bool origin);
   std::string run_dir() const;
 
  private:
+  nlohmann::json other_data() const;   // the traces' otherData, summary.json's header
+  nlohmann::json rank_report() const;  // this rank's entry in summary.json
+  void write_rank_trace(const nlohmann::json& other) const;
   ChapterInfo info_;
   CommonFlags flags_;
   nlohmann::json config_;

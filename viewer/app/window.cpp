@@ -23,6 +23,18 @@ namespace shardlab::viewer::app {
 namespace {
 
 const ImVec4 kErrorColor(1, 0.45f, 0.4f, 1);
+const ImVec4 kWarningColor(1, 0.8f, 0.3f, 1);
+
+// "" for a run that ended normally; else why it did not, and how many rank files say so.
+std::string incomplete_text(const TraceModel& model) {
+  std::string why;
+  size_t marked = 0;
+  for (const Rank& r : model.ranks)
+    if (!r.incomplete.empty()) ++marked, why = why.empty() ? r.incomplete : why;
+  if (marked == 0) return "";
+  return "the run failed (" + why + "): " + std::to_string(marked) + " of " + std::to_string(model.ranks.size()) +
+         " rank files are marked incomplete, each ending where its rank stopped";
+}
 
 bool on_disk(const std::string& p) {
   std::error_code ec;
@@ -286,6 +298,13 @@ void Viewer::ui() {
     ImGui::End();
     return;
   }
+  // A failed run opens like any other; this line says its traces stop short.
+  for (size_t i = 0; i < app.runs.size(); ++i)
+    if (const std::string text = incomplete_text(app.runs[i].model); !text.empty()) {
+      ImGui::PushStyleColor(ImGuiCol_Text, kWarningColor);
+      ImGui::TextWrapped("Incomplete%s: %s", i == 0 ? "" : " (compared run)", text.c_str());
+      ImGui::PopStyleColor();
+    }
   toolbar(app);
   ImGui::SameLine(0, 24);
   ImGui::TextDisabled("%zu ranks, %zu events", app.runs[0].model.ranks.size(), app.runs[0].model.events);
@@ -412,7 +431,8 @@ nlohmann::json Viewer::state() const {
                     {"events", run.model.events},
                     {"start_us", run.model.start_us},
                     {"end_us", run.model.end_us},
-                    {"offset_us", run.offset_us}});
+                    {"offset_us", run.offset_us},
+                    {"incomplete", incomplete_text(run.model)}});
   }
   json range_rows = json::array();
   if (app.range && app.range_rows_for == app.range)

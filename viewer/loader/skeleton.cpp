@@ -109,14 +109,72 @@ void scalar_top(const std::string& text) {
   throw FileError("the top level is not an object");
 }
 
-std::optional<int> skeleton_rank(const std::string& skeleton) {
+namespace {
+
+// A string member's value, "" when it is not a string.
+std::string string_of(od::value v) {
+  std::string_view sv;
+  od::json_type t{};
+  if (v.type().get(t) || t != od::json_type::string || v.get_string().get(sv)) {
+    check_value(v);
+    return "";
+  }
+  return std::string(sv);
+}
+
+// otherData: "incomplete": true and "failure": {"rank": R, "kind": ..., "reason": ...}.
+void read_other_data(od::object other, SkeletonInfo& info) {
+  bool incomplete = false;
+  std::string reason;
+  int64_t failed_rank = -1;
+  for (auto fr : other) {
+    od::field f;
+    std::string_view k;
+    if (const auto err = std::move(fr).get(f)) not_json(err);
+    if (const auto err = f.unescaped_key().get(k)) not_json(err);
+    od::value v = f.value();
+    od::json_type t{};
+    if (k == "incomplete" && !v.type().get(t) && t == od::json_type::boolean) {
+      bool b = false;
+      if (const auto err = v.get_bool().get(b)) not_json(err);
+      incomplete = b;
+    } else if (k == "failure" && !v.type().get(t) && t == od::json_type::object) {
+      od::object failure;
+      if (const auto err = v.get_object().get(failure)) not_json(err);
+      for (auto gr : failure) {
+        od::field g;
+        if (const auto err = std::move(gr).get(g)) not_json(err);
+        if (const auto err = g.unescaped_key().get(k)) not_json(err);
+        od::value w = g.value();
+        if (k == "reason") {
+          reason = string_of(w);
+        } else if (k == "rank" && !w.type().get(t) && t == od::json_type::number) {
+          const Num n = read_number(w);
+          if (n.kind == Num::none) throw FileError("not valid JSON: " + bad_number(w.raw_json_token()));
+          failed_rank = n.as_int().value_or(-1);
+        } else {
+          check_value(w);
+        }
+      }
+    } else {
+      check_value(v);
+    }
+  }
+  if (incomplete)
+    info.incomplete = (failed_rank >= 0 ? "rank " + std::to_string(failed_rank) + ": " : std::string()) +
+                      (reason.empty() ? "the run failed" : reason);
+}
+
+}  // namespace
+
+SkeletonInfo read_skeleton(const std::string& skeleton) {
   const simdjson::padded_string text(skeleton);
   od::parser parser;
   od::document doc;
   od::object top;
   if (const auto err = parser.iterate(text).get(doc)) not_json(err);
   if (const auto err = doc.get_object().get(top)) not_json(err);
-  std::optional<int> rank;
+  SkeletonInfo out;
   for (auto fr : top) {
     od::field f;
     std::string_view k;
@@ -124,6 +182,12 @@ std::optional<int> skeleton_rank(const std::string& skeleton) {
     if (const auto err = f.unescaped_key().get(k)) not_json(err);
     od::value v = f.value();
     od::json_type t{};
+    if (k == "otherData" && !v.type().get(t) && t == od::json_type::object) {
+      od::object other;
+      if (const auto err = v.get_object().get(other)) not_json(err);
+      read_other_data(other, out);
+      continue;
+    }
     if (k != "distributedInfo" || v.type().get(t) || t != od::json_type::object) {
       check_value(v);
       continue;
@@ -142,10 +206,10 @@ std::optional<int> skeleton_rank(const std::string& skeleton) {
       const Num n = read_number(r);
       if (n.kind == Num::none) throw FileError("not valid JSON: " + bad_number(r.raw_json_token()));
       const auto i = n.as_int();
-      if (i && *i >= 0 && *i <= std::numeric_limits<int>::max()) rank = static_cast<int>(*i);
+      if (i && *i >= 0 && *i <= std::numeric_limits<int>::max()) out.rank = static_cast<int>(*i);
     }
   }
-  return rank;  // (the scanner has seen that nothing follows the object)
+  return out;  // (the scanner has seen that nothing follows the object)
 }
 
 }  // namespace shardlab::viewer::loader
