@@ -313,6 +313,45 @@ TEST_CASE("mpi_comm: wrong arguments throw invalid_argument naming the op and th
   CHECK(f.dev.trace().timeline().collectives.size() == 1);
 }
 
+TEMPLATE_TEST_CASE("mpi_comm: without debug mode, members that issue different counts or ops throw before data moves", "[collectives]",
+                   SimDevice, HostDevice) {
+  const int n = world_size(), rank = world_rank();
+  if (n < 2) return;  // nobody to disagree with
+  Fixture<TestType> f;
+  Stream& s = f.dev.compute_stream();
+  // Rank 1 gives one element more: MPI would be handed buffers of different sizes.
+  Tensor buf = f.empty(rank == 1 ? 8 : 7);
+  CHECK_THAT(mismatch_message([&] { f.world->all_reduce(buf, ReduceOp::sum, s); }),
+             Contains("collective mismatch on communicator world, allreduce #1 on world") &&
+                 Contains("the members issued counts from 7 to 8 elements"));
+  // The same count, another operation.
+  Tensor same = f.empty(7);
+  CHECK_THAT(mismatch_message([&] {
+               if (rank == 1) f.world->broadcast(same, 0, s);
+               else f.world->all_reduce(same, ReduceOp::sum, s);
+             }),
+             Contains("the members issued different collectives (operation, reduction, dtype or root)"));
+  // Nothing moved, so the communicator is still good.
+  fill(same, [&](int64_t i) { return value(rank, i); });
+  f.world->all_reduce(same, ReduceOp::sum, s);
+  CHECK(first_difference(same, [&](int64_t i) { return reduced(ReduceOp::sum, all_ranks(), i); }) == -1);
+}
+
+TEST_CASE("mpi_comm: without debug mode, a sendrecv whose ends disagree on the count throws at both ends", "[collectives]") {
+  const int rank = world_rank();
+  if (world_size() < 2) return;
+  Fixture<SimDevice> f;
+  Stream& s = f.dev.compute_stream();
+  auto pair = f.world->split(rank < 2 ? 0 : -1, rank);
+  if (!pair) return;
+  Tensor five = f.empty(5), four = f.empty(4);
+  const std::string msg = mismatch_message([&] {
+    if (rank == 0) pair->sendrecv(five, 1, Tensor{}, -1, s);
+    else pair->sendrecv(Tensor{}, -1, four, 0, s);
+  });
+  CHECK_THAT(msg, Contains(rank == 0 ? "sending to rank 1 5 f32, which expects 4 f32" : "receiving from rank 0 4 f32, which sends 5 f32"));
+}
+
 TEST_CASE("mpi_comm: split into sub-communicators", "[split]") {
   Fixture f;
   const int n = world_size(), rank = world_rank();

@@ -1,5 +1,7 @@
 // Chapter 04's FlatParameter geometry and gradient factors against PyTorch FSDP1's
-// (shared/reference/FACTS.md: _flat_param.py _get_shard, _init_utils.py).
+// (PyTorch torch/distributed/fsdp/_flat_param.py: FlatParamHandle._get_shard and _get_unpadded_shard;
+// torch/distributed/fsdp/_init_utils.py: _init_process_group_state, whose factors come from
+// torch/distributed/algorithms/_comm_hooks/default_hooks.py: DefaultState._get_gradient_predivide_factor).
 #include <catch2/catch.hpp>
 
 #include "04_fsdp/flat_param.h"

@@ -1,4 +1,4 @@
-// The simulated GPU's timing semantics (DESIGN.md, "The simulated GPU: semantics"), one rule
+// The simulated GPU's timing semantics (README.md, "The simulated GPU"), one rule
 // per test, on hand-computed numbers, plus the race check.
 #include <catch2/catch.hpp>
 

@@ -1,5 +1,5 @@
-// Trace recorder: the file it writes must satisfy DESIGN's schema, Perfetto's strict nesting,
-// HTA's rank regex and flow pairing, and be byte-identical for identical calls.
+// Trace recorder: the file it writes must satisfy the schema (README.md, "Traces"), Perfetto's strict
+// nesting, HTA's rank regex and flow pairing, and be byte-identical for identical calls.
 #include <catch2/catch.hpp>
 
 #include "test_files.h"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks a run directory against DESIGN.md's trace schema, end to end.
+"""Checks a run directory against the trace schema (README.md, "Traces"), end to end.
 
     python3 tests/validate_trace.py runs/00_streams_events [--ranks N]
 

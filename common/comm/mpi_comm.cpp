@@ -303,6 +303,7 @@ void MpiComm::run_staged(const Call& call, Stream& s) {
     return h;
   };
   const HostCopy a = copy_down(call.a), b = copy_down(call.b);
+  if (call.kind) agree_alike(call, 0);  // the same check as the sim's (see agree_alike)
   const int64_t t0 = dev_.now_ns();
   Watchdog::get().flight().started(flight);
   call.move(a.t, b.t);
@@ -319,12 +320,37 @@ void MpiComm::run_staged(const Call& call, Stream& s) {
   dev_.end_collective(s, mark, api, trace_args(call, seq));
 }
 
+// What every member of a collective must issue alike: the operation, reduction, dtype and root
+// in one number, and the element count. Members that differ would hand MPI buffers of other
+// sizes: anything from wrong sums to a corrupted heap. So every collective first agrees on
+// these (with its ready time, in the same small all-reduce): the maximum and the minimum of
+// each, which differ exactly when some member issued something else. --debug-collectives does
+// more (it names the ranks that differ); this costs nothing and is always on.
+int64_t MpiComm::agree_alike(const Call& call, int64_t ready_ns) {
+  const int64_t shape = (((static_cast<int64_t>(*call.kind) * 16 + static_cast<int64_t>(call.op)) * 16 +
+                          static_cast<int64_t>(call.dtype)) << 32) + call.root + 1;
+  const int64_t count = std::min(call.in_nelems, call.out_nelems);
+  int64_t mine[5] = {ready_ns, shape, -shape, count, -count}, agreed[5] = {};
+  MPI_Request request;
+  MPI_Iallreduce(mine, agreed, 5, MPI_INT64_T, MPI_MAX, comm_, &request);
+  wait(&request, 1);
+  if (agreed[1] != -agreed[2] || agreed[3] != -agreed[4]) {
+    std::string what = waiting_for_ + ": the members issued different collectives";
+    if (agreed[3] != -agreed[4])
+      what = waiting_for_ + ": the members issued counts from " + std::to_string(-agreed[4]) + " to " +
+             std::to_string(agreed[3]) + " elements";
+    else if (agreed[1] != -agreed[2])
+      what += " (operation, reduction, dtype or root)";
+    throw CollectiveMismatch("collective mismatch on communicator " + name_ + ", " + what +
+                             "; every member must issue the same collectives in the same order (--debug-collectives names "
+                             "the ranks that differ)");
+  }
+  return agreed[0];
+}
+
 std::pair<int64_t, int64_t> MpiComm::agree_collective(const Call& call, int64_t ready_ns) {
   // A collective starts when its last member arrives; the others wait (their comm_wait slice).
-  int64_t start = 0;
-  MPI_Request request;
-  MPI_Iallreduce(&ready_ns, &start, 1, MPI_INT64_T, MPI_MAX, comm_, &request);
-  wait(&request, 1);
+  const int64_t start = agree_alike(call, ready_ns);
   return {start, start + collective_ns(link_, *call.kind, call.bytes(), size())};
 }
 
@@ -332,16 +358,32 @@ std::pair<int64_t, int64_t> MpiComm::agree_p2p(const Call& call, int64_t ready_n
   // A transfer starts when both its sender and its receiver are ready, so every rank tells
   // both its peers when it is ready. The op spans from its first transfer's start to its last
   // transfer's end.
-  int64_t to_ready = 0, from_ready = 0;
+  // With the ready time go the count and dtype of that direction, so a receiver expecting
+  // another size than its sender sends ends in a clear error, not in MPI's truncation abort.
+  const int64_t dtype = static_cast<int64_t>(call.dtype);
+  const int64_t to_mine[3] = {ready_ns, call.in_nelems, dtype}, from_mine[3] = {ready_ns, call.out_nelems, dtype};
+  int64_t to_theirs[3] = {}, from_theirs[3] = {};
   std::vector<MPI_Request> requests;
-  auto exchange = [&](int peer, int send_tag, int64_t* peer_ready, int recv_tag) {
+  auto exchange = [&](int peer, int send_tag, const int64_t* mine, int64_t* theirs, int recv_tag) {
     requests.resize(requests.size() + 2);
-    MPI_Isend(&ready_ns, 1, MPI_INT64_T, peer, send_tag, comm_, &requests[requests.size() - 2]);
-    MPI_Irecv(peer_ready, 1, MPI_INT64_T, peer, recv_tag, comm_, &requests.back());
+    MPI_Isend(mine, 3, MPI_INT64_T, peer, send_tag, comm_, &requests[requests.size() - 2]);
+    MPI_Irecv(theirs, 3, MPI_INT64_T, peer, recv_tag, comm_, &requests.back());
   };
-  if (call.to >= 0) exchange(call.to, kReadyToReceiverTag, &to_ready, kReadyToSenderTag);
-  if (call.from >= 0) exchange(call.from, kReadyToSenderTag, &from_ready, kReadyToReceiverTag);
+  if (call.to >= 0) exchange(call.to, kReadyToReceiverTag, to_mine, to_theirs, kReadyToSenderTag);
+  if (call.from >= 0) exchange(call.from, kReadyToSenderTag, from_mine, from_theirs, kReadyToReceiverTag);
   wait(requests.data(), static_cast<int>(requests.size()));
+  auto require_match = [&](int peer, const int64_t* mine, const int64_t* theirs, const char* direction) {
+    if (mine[1] == theirs[1] && mine[2] == theirs[2]) return;
+    throw CollectiveMismatch("collective mismatch on communicator " + name_ + ", " + waiting_for_ + ": " + direction +
+                             " rank " + std::to_string(world_ranks_[peer]) + " " + std::to_string(mine[1]) + " " +
+                             std::string(dtype_name(static_cast<DType>(mine[2]))) + ", which " +
+                             (direction[0] == 's' ? "expects " : "sends ") + std::to_string(theirs[1]) + " " +
+                             std::string(dtype_name(static_cast<DType>(theirs[2]))) +
+                             " (--debug-collectives checks every call before it moves data)");
+  };
+  if (call.to >= 0) require_match(call.to, to_mine, to_theirs, "sending to");
+  if (call.from >= 0) require_match(call.from, from_mine, from_theirs, "receiving from");
+  const int64_t to_ready = to_theirs[0], from_ready = from_theirs[0];
 
   int64_t start = std::numeric_limits<int64_t>::max(), end = 0;
   auto transfer = [&](int peer, int64_t peer_ready, int64_t nelems) {

@@ -2,7 +2,7 @@
 //
 // Every rank is one MPI process, so a collective moves real data between processes with the
 // matching MPI call. On the sim its *time* is virtual: the members agree on a start (the latest
-// member's ready time, DESIGN.md "The simulated GPU: semantics") and add the cost model's
+// member's ready time, README.md, "The simulated GPU") and add the cost model's
 // ring time for the group's link tier. One MpiComm owns one MPI communicator, so its messages
 // never mix with another communicator's.
 //
@@ -81,6 +81,8 @@ class MpiComm final : public Comm {
   int64_t record_issued(const Call& call, int64_t seq);
   // Every wait on the other ranks: the watchdog's (a timeout, or another rank's failure, throws).
   void wait(MPI_Request* requests, int n) const;
+  // The latest member's ready time; throws CollectiveMismatch when the members' calls differ.
+  int64_t agree_alike(const Call& call, int64_t ready_ns);
   // [start, end) of the operation on this rank, from this rank's ready time.
   std::pair<int64_t, int64_t> agree_collective(const Call& call, int64_t ready_ns);
   std::pair<int64_t, int64_t> agree_p2p(const Call& call, int64_t ready_ns);

@@ -1,4 +1,4 @@
-// cuda_device.h: the real GPU behind the Device interface (DESIGN.md "Two devices, one program").
+// cuda_device.h: the real GPU behind the Device interface (README.md, "Real GPUs").
 //
 // Every Device call maps onto the CUDA runtime call it is named after: launch runs the op's
 // CUDA body on the stream, record/wait/synchronize/query are cudaEventRecord,

@@ -1,8 +1,8 @@
 // sim_device.h: the simulated GPU.
 //
 // The same chapter code runs on it as on CUDA. Ops do their real math on the CPU at launch
-// (or none under --compute skip), and time is virtual and deterministic (DESIGN.md, "The
-// simulated GPU: semantics"):
+// (or none under --compute skip), and time is virtual and deterministic (README.md, "The
+// simulated GPU"):
 //   - one CPU clock cpu_t per rank; every runtime call costs CPU time (a launch: launch_us);
 //   - per stream a ready time; an op on stream s starts at max(cpu_t, s.ready, every event s
 //     was told to wait for) and ends start + cost (cost_model.h); s.ready = end;

@@ -1,4 +1,4 @@
-// trace.h: one rank's Chrome-format trace, written to DESIGN's schema (Kineto-compatible).
+// trace.h: one rank's Chrome-format trace, written to the schema in README.md, "Traces" (Kineto-compatible).
 //
 // The devices and communicators call the typed methods below while a chapter runs; each call
 // appends one JSON event (kept as text, ready to write) and, for device work, steps and memory,
