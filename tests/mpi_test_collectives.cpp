@@ -671,3 +671,16 @@ TEST_CASE("mpi_comm: debug mode catches a sendrecv whose ends disagree on the co
   CHECK_THAT(msg, Contains(rank == 0 ? "rank 0 issued send(count=5, f32) to rank 1, rank 1 issued recv(count=4, f32) from rank 0"
                                      : "rank 1 issued recv(count=4, f32) from rank 0, rank 0 issued send(count=5, f32) to rank 1"));
 }
+
+// Hidden (run only by its own ctest entry, which expects it to fail): rank 1 fails an assertion
+// and moves on while every other rank waits for it in an all-reduce. main_mpi.cpp's listener
+// must end every rank within seconds instead of leaving them to ctest's timeout.
+TEST_CASE("mpi harness: a test case that fails on one rank ends the job", "[.][fails-on-rank-1]") {
+  Fixture f;
+  Tensor buf = f.empty(4);
+  if (world_rank() == 1) {
+    CHECK(world_rank() != 1);  // fails here, on rank 1 only
+    return;
+  }
+  f.world->all_reduce(buf, ReduceOp::sum, f.dev.compute_stream());  // rank 1 never joins
+}
