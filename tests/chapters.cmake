@@ -68,6 +68,12 @@ foreach(ch 02 03 04)
                    -- ${MPIRUN} -np 2 $<TARGET_FILE:shardlab_ch${ch}> --model gpt2-small --seq-len 2048 --global-batch 2 --compute skip)
   set_tests_properties("ch${ch}: a sequence longer than the model's context exits 2 before step 1" PROPERTIES PROCESSORS 2)
 endforeach()
+# The loss printed and recorded is the global batch's mean: the same at world 1 and 3.
+foreach(ch 02 03 04)
+  add_test(NAME "ch${ch}: the loss is the global batch's, the same at world 1 and 3"
+           COMMAND sh -c "for np in 1 3; do ${MPIRUN_SH} -np $np $<TARGET_FILE:shardlab_ch${ch}> --trace-dir '${RUNS}' --run-name loss_ch${ch}_np$np > /dev/null || exit 1; done; ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_same_loss.py '${RUNS}/loss_ch${ch}_np1/summary.json' '${RUNS}/loss_ch${ch}_np3/summary.json'")
+  set_tests_properties("ch${ch}: the loss is the global batch's, the same at world 1 and 3" PROPERTIES TIMEOUT 120 PROCESSORS 3)
+endforeach()
 add_test(NAME "ch02: --grad-accum counts in the global batch's divisibility"
          COMMAND ${EXPECT_EXIT} 2 "error: --global-batch: got '12'; allowed: a multiple of 3 ranks x 3 micro-batch\\(es\\) = 9" --not "step 1/"
                  -- ${MPIRUN} -np 3 $<TARGET_FILE:shardlab_ch02> --grad-accum 3)

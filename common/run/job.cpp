@@ -276,6 +276,14 @@ Job::Step::~Step() {
   d.synchronize();
   const int64_t end = d.now_ns();
   d.trace().step(static_cast<int>(n_), start_ns_, end - start_ns_);
+  if (has_loss_) {
+    double sum = loss_;
+    MPI_Request request;
+    MPI_Iallreduce(&loss_, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &request);
+    Watchdog::get().wait(request, "the step's loss (an all-reduce of every rank's mean)");
+    loss_ = sum / job_.world_size();
+    job_.losses_.push_back(loss_);
+  }
   if (!job_.is_root() || !progress_) return;
   const double us = static_cast<double>(end - start_ns_) / 1000.0;
   std::string line = "step " + std::to_string(n_ + 1) + "/" + std::to_string(total_);
@@ -358,6 +366,7 @@ void Job::finish() {
     summary["times"] = d.simulated() ? "simulated" : "measured";
     summary["figures"] = figures_;
     summary["results"] = results_;
+    if (!losses_.empty()) summary["loss"] = losses_;
     summary["ranks"] = json::array();
     size_t races = 0;
     for (const auto& s : per_rank) {
@@ -538,6 +547,7 @@ void Job::fail(const Failure& failure, bool origin) {
   summary["failure"] = failure.to_json();
   if (!diagnosis.empty()) summary["diagnosis"] = diagnosis;
   summary["figures"] = figures_;
+  if (!losses_.empty()) summary["loss"] = losses_;
   summary["ranks"] = json::array();
   std::vector<int> missing;
   for (int r = 0; r < world_size_; ++r) {

@@ -87,7 +87,11 @@ class Job {
 
     // Training chapters add the step's loss and token count to its progress line, which then
     // also shows tokens/s and the step's exposed communication (from the metrics library).
-    void set_loss(double loss) { loss_ = loss, has_loss_ = true; }
+    // `local_mean`: this rank's mean loss over its share of the batch. Every rank passes its
+    // own; the step prints and records (summary.json, "loss") their mean, which is the global
+    // batch's mean loss (every rank has as many tokens), the same at every world size. It is
+    // averaged over MPI on the host after the step's window, so the trace does not show it.
+    void set_loss(double local_mean) { loss_ = local_mean, has_loss_ = true; }
     void set_tokens(int64_t tokens) { tokens_ = tokens; }
 
    private:
@@ -139,6 +143,7 @@ class Job {
   std::string strategy_ = "default";
   nlohmann::json figures_ = nlohmann::json::object();
   nlohmann::json results_ = nlohmann::json::object();
+  std::vector<double> losses_;  // the global mean loss of each step that reported one
 };
 
 using AddFlags = std::function<void(Flags&)>;

@@ -90,12 +90,14 @@ RangeMetrics range_metrics(const RankTimeline& tl, double t0_us, double t1_us) {
 
   const auto compute_u = merged(std::move(compute), t0_us, t1_us);
   const auto comm_u = merged(std::move(comm), t0_us, t1_us);
+  const auto copy_u = merged(std::move(copy), t0_us, t1_us);
   m.compute_us = total(compute_u);
   m.comm_us = total(comm_u);
   m.overlap_us = intersection_length(compute_u, comm_u);
   m.exposed_comm_us = m.comm_us - m.overlap_us;
   m.comm_wait_us = union_length(std::move(wait), t0_us, t1_us);
-  m.memcpy_us = union_length(std::move(copy), t0_us, t1_us);
+  m.memcpy_us = total(copy_u);
+  m.copy_overlap_us = intersection_length(compute_u, copy_u);
   m.idle_us = m.window_us - union_length(std::move(all), t0_us, t1_us);
 
   // Peak memory: the samples inside the window, plus the one still in effect at its start.

@@ -7,6 +7,8 @@
 // - exposed comm: comm busy - overlapped: communication nothing hid.
 // - comm wait: the union of comm_wait slices (a stream waiting for late peers), part of comm busy.
 // - memcpy busy: the union of memcpy and memset slices.
+// - copy overlap: |compute ∩ memcpy busy|: copy time during which some compute kernel ran
+//   (copies hidden under compute on another stream: chapter 00).
 // - idle: window - |compute ∪ comm ∪ memcpy|: no device work at all.
 // - peak allocated / reserved: the largest counter value in effect during the window.
 // Per collective: bytes S (all-reduce, broadcast: the buffer; all-gather and reduce-scatter: the
@@ -30,6 +32,7 @@ struct RangeMetrics {
   double exposed_comm_us = 0;
   double comm_wait_us = 0;
   double memcpy_us = 0;
+  double copy_overlap_us = 0;
   double idle_us = 0;
   int64_t peak_allocated = 0;
   int64_t peak_reserved = 0;

@@ -101,12 +101,17 @@ void index_collectives(Run& run, int run_index) {
   }
 }
 
+// cudaDeviceSynchronize, hipStreamSynchronize, cuCtxSynchronize...: the runtime (and driver)
+// calls that block the CPU until the device has done some or all of its work.
+bool synchronizes(const std::string& name) { return name.ends_with("Synchronize"); }
+
 }  // namespace
 
 Run make_run(std::string label, TraceModel model, int run_index) {
   Run run;
   run.label = std::move(label);
   run.model = std::move(model);
+  for (const std::string& name : run.model.names) run.sync_name.push_back(synchronizes(name));
   for (size_t r = 0; r < run.model.ranks.size(); ++r) {
     const Rank& rank = run.model.ranks[r];
     auto& lanes = run.depth_index.emplace_back();
@@ -217,30 +222,48 @@ const Collective* AppState::collective(const SliceRef& r) const {
   return it == of.end() ? nullptr : &run.collectives[it->second];
 }
 
-ImU32 category_color(Category c) {
-  switch (c) {
-    case Category::compute: return IM_COL32(66, 133, 244, 255);
-    case Category::comm: return IM_COL32(245, 140, 30, 255);
-    case Category::comm_wait: return IM_COL32(250, 200, 140, 255);
-    case Category::memcpy: return IM_COL32(60, 180, 90, 255);
-    case Category::runtime: return IM_COL32(140, 140, 140, 255);
-    case Category::cpu_op: return IM_COL32(200, 200, 200, 255);
-    case Category::annotation: return IM_COL32(150, 100, 210, 255);
+ViewCategory view_category(const Run& run, const Slice& s) {
+  switch (s.category) {
+    case Category::compute: return ViewCategory::compute;
+    case Category::comm: return ViewCategory::comm;
+    case Category::comm_wait: return ViewCategory::comm_wait;
+    case Category::memcpy: return ViewCategory::memcpy;
+    case Category::cpu_op: return ViewCategory::cpu_op;
+    case Category::runtime: return run.sync_name[s.name] ? ViewCategory::sync : ViewCategory::runtime;
+    case Category::annotation: return ViewCategory::annotation;
     case Category::other: break;
+  }
+  return ViewCategory::other;
+}
+
+ImU32 category_color(ViewCategory c) {
+  switch (c) {
+    case ViewCategory::compute: return IM_COL32(66, 133, 244, 255);
+    case ViewCategory::comm: return IM_COL32(245, 140, 30, 255);
+    case ViewCategory::comm_wait: return IM_COL32(250, 200, 140, 255);
+    case ViewCategory::memcpy: return IM_COL32(60, 180, 90, 255);
+    case ViewCategory::runtime: return IM_COL32(140, 140, 140, 255);
+    // Red, as chapter 00 and the notebooks draw host syncs, and far from the memory graph's
+    // lighter reserved line (240, 90, 90).
+    case ViewCategory::sync: return IM_COL32(215, 30, 40, 255);
+    case ViewCategory::cpu_op: return IM_COL32(200, 200, 200, 255);
+    case ViewCategory::annotation: return IM_COL32(150, 100, 210, 255);
+    case ViewCategory::other: break;
   }
   return IM_COL32(110, 120, 150, 255);
 }
 
-const char* category_name(Category c) {
+const char* category_name(ViewCategory c) {
   switch (c) {
-    case Category::compute: return "compute";
-    case Category::comm: return "comm";
-    case Category::comm_wait: return "comm wait";
-    case Category::memcpy: return "memcpy";
-    case Category::runtime: return "runtime";
-    case Category::cpu_op: return "cpu op";
-    case Category::annotation: return "annotation";
-    case Category::other: break;
+    case ViewCategory::compute: return "compute";
+    case ViewCategory::comm: return "comm";
+    case ViewCategory::comm_wait: return "comm wait";
+    case ViewCategory::memcpy: return "memcpy";
+    case ViewCategory::runtime: return "runtime";
+    case ViewCategory::sync: return "sync";
+    case ViewCategory::cpu_op: return "cpu op";
+    case ViewCategory::annotation: return "annotation";
+    case ViewCategory::other: break;
   }
   return "other";
 }
@@ -290,11 +313,12 @@ void slice_details(const AppState& app, const SliceRef& ref) {
   const Slice& s = lane.slices[ref.slice];
   const double dur = s.end_us - s.start_us;
 
-  ImGui::ColorButton("##category", ImGui::ColorConvertU32ToFloat4(category_color(s.category)),
+  const ViewCategory category = view_category(run, s);
+  ImGui::ColorButton("##category", ImGui::ColorConvertU32ToFloat4(category_color(category)),
                      ImGuiColorEditFlags_NoTooltip, {ImGui::GetFontSize(), ImGui::GetFontSize()});
   ImGui::SameLine();
   ImGui::TextUnformatted(run.model.names[s.name].c_str());
-  ImGui::TextDisabled("%s  |  rank %d, %s%s", category_name(s.category), rank.rank, lane.name.c_str(),
+  ImGui::TextDisabled("%s  |  rank %d, %s%s", category_name(category), rank.rank, lane.name.c_str(),
                       app.runs.size() > 1 ? (ref.run == 0 ? "  |  run" : "  |  compared run") : "");
   ImGui::Text("start %s   duration %s   end %s", format_time(s.start_us).c_str(), format_time(dur).c_str(),
               format_time(s.end_us).c_str());
@@ -360,31 +384,75 @@ void slice_details(const AppState& app, const SliceRef& ref) {
 
 namespace {
 
+// The Compare tab's rows, in order: what each averages and which way is better. Less of the
+// time a step loses (waiting, idle, communication nothing hid) or of memory is better, and so is
+// more hidden under compute. Compute, comm and memcpy time are the work itself: more of it is
+// neither (a strategy that adds comm but hides it is no worse for it).
+struct CompareMetric {
+  const char* name;
+  double (*value)(const StepMetrics&);
+  bool bytes;
+  CompareRow::Better better;
+};
+constexpr CompareMetric kCompareMetrics[] = {
+    {"step time", [](const StepMetrics& s) { return s.step_us; }, false, CompareRow::lower},
+    {"compute", [](const StepMetrics& s) { return s.compute_us; }, false, CompareRow::neither},
+    {"comm", [](const StepMetrics& s) { return s.comm_us; }, false, CompareRow::neither},
+    {"overlapped", [](const StepMetrics& s) { return s.overlap_us; }, false, CompareRow::higher},
+    {"exposed comm", [](const StepMetrics& s) { return s.exposed_comm_us; }, false, CompareRow::lower},
+    {"comm wait", [](const StepMetrics& s) { return s.comm_wait_us; }, false, CompareRow::lower},
+    {"memcpy", [](const StepMetrics& s) { return s.memcpy_us; }, false, CompareRow::neither},
+    {"copy overlap", [](const StepMetrics& s) { return s.copy_overlap_us; }, false, CompareRow::higher},
+    {"idle", [](const StepMetrics& s) { return s.idle_us; }, false, CompareRow::lower},
+    {"peak allocated", [](const StepMetrics& s) { return static_cast<double>(s.peak_allocated); }, true,
+     CompareRow::lower},
+    {"peak reserved", [](const StepMetrics& s) { return static_cast<double>(s.peak_reserved); }, true,
+     CompareRow::lower},
+};
+
 // Every step of every rank of a run, averaged: the figure a strategy comparison quotes.
-std::array<double, 9> averages(const Run& run) {
-  std::array<double, 9> a{};
+double average(const Run& run, const CompareMetric& metric) {
+  double sum = 0;
   int n = 0;
   for (const auto& rank_steps : run.steps)
     for (const StepMetrics& s : rank_steps) {
-      const double row[9] = {s.step_us, s.compute_us, s.comm_us, s.overlap_us, s.exposed_comm_us, s.comm_wait_us,
-                             s.idle_us, static_cast<double>(s.peak_allocated), static_cast<double>(s.peak_reserved)};
-      for (size_t i = 0; i < a.size(); ++i) a[i] += row[i];
+      sum += metric.value(s);
       ++n;
     }
-  for (double& v : a) v /= n > 0 ? n : 1;
-  return a;
+  return n > 0 ? sum / n : 0;
 }
+
+// Below this a value is zero. Times: trace files give microseconds to the nanosecond, so a real
+// difference is at least 1 ns; what is smaller is the rounding of summed interval lengths
+// (7.3e-13 us of "overlap" where nothing overlaps), which as a percentage is absurd. Memory:
+// bytes are whole.
+double resolution(bool bytes) { return bytes ? 1 : 1e-3; }
 
 }  // namespace
 
 std::vector<CompareRow> compare_rows(const AppState& app) {
   if (app.runs.size() < 2) return {};
-  const auto a = averages(app.runs[0]), b = averages(app.runs[1]);
-  static constexpr const char* kNames[9] = {"step time", "compute", "comm", "overlapped", "exposed comm",
-                                            "comm wait", "idle", "peak allocated", "peak reserved"};
   std::vector<CompareRow> rows;
-  for (size_t i = 0; i < a.size(); ++i) rows.push_back({kNames[i], a[i], b[i], i >= 7});
+  for (const CompareMetric& m : kCompareMetrics) {
+    auto clean = [&](double v) { return std::abs(v) < resolution(m.bytes) ? 0.0 : v; };
+    rows.push_back({m.name, clean(average(app.runs[0], m)), clean(average(app.runs[1], m)), m.bytes, m.better});
+  }
   return rows;
+}
+
+CompareChange compare_change(const CompareRow& row) {
+  const double diff = row.compared - row.run;
+  if (std::abs(diff) < resolution(row.bytes) || (row.run != 0 && std::abs(diff / row.run) < 5e-4))
+    return {"same", CompareChange::same};
+  const bool better = row.better == CompareRow::lower ? diff < 0 : diff > 0;
+  const auto verdict =
+      row.better == CompareRow::neither ? CompareChange::neutral : better ? CompareChange::better : CompareChange::worse;
+  // From nothing or to nothing a percentage says nothing (+inf, -100%): say so in words.
+  if (row.run == 0) return {"new", verdict};
+  if (row.compared == 0) return {"gone", verdict};
+  char text[32];
+  std::snprintf(text, sizeof text, "%+.1f%%", 100 * diff / row.run);
+  return {text, verdict};
 }
 
 }  // namespace shardlab::viewer::app

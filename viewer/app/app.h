@@ -20,7 +20,13 @@
 
 namespace shardlab::viewer::app {
 
-constexpr int kCategories = 8;  // the number of Category values
+// What the timeline colours and the toolbar filters by: the loader's categories, plus
+// synchronizations told apart from the other runtime calls by name (cudaDeviceSynchronize,
+// cudaStreamSynchronize, cudaEventSynchronize, their HIP and driver API twins): the CPU blocked
+// until the device caught up, which is what a reader looks for on a CPU lane (chapter 00's
+// "red cudaDeviceSynchronize slice"). In the legend's order.
+enum class ViewCategory : uint8_t { compute, comm, comm_wait, memcpy, cpu_op, runtime, sync, annotation, other };
+constexpr int kCategories = 9;  // the number of ViewCategory values
 
 // Slices of one lane at one depth, by index into Lane::slices. Slices at one depth never overlap
 // (they nest strictly), so both their starts and their ends are sorted: the visible ones are
@@ -66,7 +72,10 @@ struct Run {
   std::vector<std::unordered_map<uint64_t, uint32_t>> collective_of;  // [rank]: lane << 32 | slice -> collectives[]
   std::vector<double> counter_max;  // [rank]: the largest counter value, the memory graph's scale
   std::vector<std::vector<StepMetrics>> steps;  // [rank]: step_metrics, computed once
+  std::vector<bool> sync_name;  // [interned name]: a synchronization's name (ViewCategory::sync)
 };
+
+ViewCategory view_category(const Run& run, const Slice& s);
 
 // Builds the indices above (once, after loading).
 Run make_run(std::string label, TraceModel model, int run_index);
@@ -76,7 +85,11 @@ struct AppState {
   double view_t0 = 0, view_t1 = 1;  // the visible window on the shared axis, microseconds
   SliceRef hovered, selected;
   std::optional<std::pair<double, double>> range;  // shift-drag selection on the shared axis
-  std::array<bool, kCategories> show_category{true, true, true, true, true, true, true, true};
+  std::array<bool, kCategories> show_category = [] {
+    std::array<bool, kCategories> all;
+    all.fill(true);
+    return all;
+  }();
   char search[128] = "";
   std::vector<std::vector<bool>> name_matches;  // [run][interned name], rebuilt when search changes
   size_t match_count = 0;                        // slices whose name matches, over every run
@@ -119,18 +132,30 @@ struct AppState {
 };
 
 // Looks and words, shared by the widget and the panels.
-ImU32 category_color(Category c);
+ImU32 category_color(ViewCategory c);
 constexpr ImU32 kCollectiveColor = IM_COL32(90, 225, 255, 255);  // a collective's links across ranks
-const char* category_name(Category c);
+const char* category_name(ViewCategory c);
 
 // The Compare tab's rows: each per-step metric averaged over every step of every rank, for the
-// run and the compared run (empty unless two runs are open).
+// run and the compared run (empty unless two runs are open). Values below the row's resolution
+// are zero (see compare_rows).
 struct CompareRow {
+  enum Better { lower, higher, neither };  // which way the compared run is better off
   const char* name;
   double run, compared;
   bool bytes;  // memory (else microseconds)
+  Better better;
 };
 std::vector<CompareRow> compare_rows(const AppState& app);
+
+// A row's change column: "-37.9%", "same", "new" (zero in the run, not in the compared one),
+// "gone" (the other way round), and whether the compared run is better off for it.
+struct CompareChange {
+  enum Verdict { same, better, worse, neutral };
+  std::string text;
+  Verdict verdict;
+};
+CompareChange compare_change(const CompareRow& row);
 std::string format_time(double us);   // "12.5 ms", "850 ns"
 std::string format_bytes(double b);   // "1.25 GiB"
 

@@ -22,7 +22,7 @@ void draw_slice(ImDrawList* dl, const AppState& app, const Run& run, const Slice
                 float top, const Mapping& m) {
   const float cx0 = std::max(x0, m.x0 - 2), cx1 = std::min(x1, m.x0 + m.width + 2);
   const bool dim = app.searching() && !match;
-  const ImU32 base = category_color(s.category);
+  const ImU32 base = category_color(view_category(run, s));
   dl->AddRectFilled({cx0, top}, {cx1, top + kRowHeight - 1}, dim ? scale(base, 0.35f) : base);
   if (match) dl->AddRect({cx0, top}, {cx1, top + kRowHeight - 1}, IM_COL32(255, 230, 0, 255), 0, 0, 2);
   if (cx1 - cx0 < 20) return;
@@ -74,7 +74,7 @@ void draw_lane(ImDrawList* dl, AppState& app, int run_i, int rank_i, int lane_i,
   const bool filtering = app.filtering();
   const std::vector<bool>& matches = app.name_matches[run_i];
   const ImVec2 mouse = ImGui::GetMousePos();
-  auto shown = [&](const Slice& s) { return app.show_category[static_cast<size_t>(s.category)]; };
+  auto shown = [&](const Slice& s) { return app.show_category[static_cast<size_t>(view_category(run, s))]; };
   auto match = [&](const Slice& s) { return app.searching() && matches[s.name]; };
 
   for (size_t d = 0; d < index.size(); ++d) {
@@ -142,7 +142,8 @@ void draw_lane(ImDrawList* dl, AppState& app, int run_i, int rank_i, int lane_i,
       const float fx1 = std::clamp(m.x(fold.t1 + run.offset_us), fx0 + 1, m.x0 + m.width + 2);
       const double span = fold.t1 - fold.t0;
       const float busy = span > 0 ? static_cast<float>(std::min(1.0, fold.busy_us / span)) : 1.f;
-      const ImU32 base = app.searching() && !any_match ? scale(category_color(s.category), 0.35f) : category_color(s.category);
+      const ImU32 color = category_color(view_category(run, s));
+      const ImU32 base = app.searching() && !any_match ? scale(color, 0.35f) : color;
       // Whole pixels: the rasterizer fills the same rows either way, and equal blocks merge.
       const float bar_top = std::round(bottom - std::max(2.f, busy * (kRowHeight - 1)));
       pending.add(dl, fx0, fx1, bar_top, base, top, bottom);

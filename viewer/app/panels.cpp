@@ -3,11 +3,13 @@
 #include "panels.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 
 namespace shardlab::viewer::app {
 namespace {
+
+// The Compare tab's change column: green where the compared run is better off, red where worse.
+const ImVec4 kBetter(0.4f, 0.9f, 0.4f, 1), kWorse(1, 0.5f, 0.4f, 1);
 
 constexpr ImGuiTableFlags kTableFlags = ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV |
                                         ImGuiTableFlags_ScrollY | ImGuiTableFlags_SizingStretchProp;
@@ -84,9 +86,9 @@ void details_tab(AppState& app) {
 }
 
 void steps_tab(AppState& app) {
-  if (!ImGui::BeginTable("steps", 10, kTableFlags)) return;
-  headers({"rank", "step", "step time", "compute", "comm", "overlapped", "exposed comm", "idle", "peak allocated",
-           "peak reserved"});
+  if (!ImGui::BeginTable("steps", 12, kTableFlags)) return;
+  headers({"rank", "step", "step time", "compute", "comm", "overlapped", "exposed comm", "memcpy", "copy overlap",
+           "idle", "peak allocated", "peak reserved"});
   for (size_t r = 0; r < app.runs.size(); ++r) {
     const Run& run = app.runs[r];
     for (size_t k = 0; k < run.steps.size(); ++k)
@@ -106,6 +108,8 @@ void steps_tab(AppState& app) {
         share_cell(s.comm_us, s.step_us);
         share_cell(s.overlap_us, s.step_us);
         share_cell(s.exposed_comm_us, s.step_us);
+        share_cell(s.memcpy_us, s.step_us);
+        share_cell(s.copy_overlap_us, s.step_us);
         share_cell(s.idle_us, s.step_us);
         ImGui::TableNextColumn();
         ImGui::TextUnformatted(format_bytes(static_cast<double>(s.peak_allocated)).c_str());
@@ -133,13 +137,14 @@ void range_tab(AppState& app) {
         app.range_rows.emplace_back((r ? "cmp " : "") + std::to_string(rank.rank),
                                     range_metrics(rank.timeline, t0 - app.runs[r].offset_us, t1 - app.runs[r].offset_us));
   }
-  if (!ImGui::BeginTable("range", 8, kTableFlags)) return;
-  headers({"rank", "compute", "comm", "overlapped", "exposed comm", "comm wait", "memcpy", "idle"});
+  if (!ImGui::BeginTable("range", 9, kTableFlags)) return;
+  headers({"rank", "compute", "comm", "overlapped", "exposed comm", "comm wait", "memcpy", "copy overlap", "idle"});
   for (const auto& [rank, m] : app.range_rows) {
     ImGui::TableNextRow();
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(rank.c_str());
-    for (double v : {m.compute_us, m.comm_us, m.overlap_us, m.exposed_comm_us, m.comm_wait_us, m.memcpy_us, m.idle_us})
+    for (double v : {m.compute_us, m.comm_us, m.overlap_us, m.exposed_comm_us, m.comm_wait_us, m.memcpy_us,
+                     m.copy_overlap_us, m.idle_us})
       share_cell(v, m.window_us);
   }
   ImGui::EndTable();
@@ -162,11 +167,12 @@ void compare_tab(const AppState& app) {
       ImGui::TextUnformatted(fmt(v).c_str());
     }
     ImGui::TableNextColumn();
-    if (row.run != 0) {
-      const double pct = 100 * (row.compared - row.run) / row.run;
-      // Less time or memory is better for every row: green when the compared run wins.
-      if (std::abs(pct) < 0.05) ImGui::TextUnformatted("same");
-      else ImGui::TextColored(pct < 0 ? ImVec4(0.4f, 0.9f, 0.4f, 1) : ImVec4(1, 0.5f, 0.4f, 1), "%+.1f%%", pct);
+    const CompareChange change = compare_change(row);
+    switch (change.verdict) {
+      case CompareChange::better: ImGui::TextColored(kBetter, "%s", change.text.c_str()); break;
+      case CompareChange::worse: ImGui::TextColored(kWorse, "%s", change.text.c_str()); break;
+      case CompareChange::same:
+      case CompareChange::neutral: ImGui::TextUnformatted(change.text.c_str()); break;
     }
   }
   ImGui::EndTable();
@@ -193,7 +199,7 @@ void toolbar(AppState& app) {
     ImGui::TextDisabled("%zu matches", app.match_count);
   }
   for (int c = 0; c < kCategories; ++c) {
-    const auto cat = static_cast<Category>(c);
+    const auto cat = static_cast<ViewCategory>(c);
     ImGui::SameLine();
     // A colour swatch as the checkbox's legend.
     const ImVec2 p = ImGui::GetCursorScreenPos();

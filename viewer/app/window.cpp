@@ -76,10 +76,32 @@ nlohmann::json slice_json(const AppState& app, const SliceRef& ref) {
           {"lane_name", rank.lanes[static_cast<size_t>(ref.lane)].name},
           {"index", ref.slice},
           {"name", run.model.names[s->name]},
-          {"category", category_name(s->category)},
+          {"category", category_name(view_category(run, *s))},
           {"depth", s->depth},
           {"start_us", s->start_us + run.offset_us},
           {"end_us", s->end_us + run.offset_us}};
+}
+
+nlohmann::json metrics_json(const RangeMetrics& m) {
+  return {{"window_us", m.window_us},
+          {"compute_us", m.compute_us},
+          {"comm_us", m.comm_us},
+          {"overlap_us", m.overlap_us},
+          {"exposed_comm_us", m.exposed_comm_us},
+          {"comm_wait_us", m.comm_wait_us},
+          {"memcpy_us", m.memcpy_us},
+          {"copy_overlap_us", m.copy_overlap_us},
+          {"idle_us", m.idle_us}};
+}
+
+const char* verdict_name(CompareChange::Verdict v) {
+  switch (v) {
+    case CompareChange::same: return "same";
+    case CompareChange::better: return "better";
+    case CompareChange::worse: return "worse";
+    case CompareChange::neutral: break;
+  }
+  return "neutral";
 }
 
 }  // namespace
@@ -436,16 +458,22 @@ nlohmann::json Viewer::state() const {
   }
   json range_rows = json::array();
   if (app.range && app.range_rows_for == app.range)
-    for (const auto& [rank, m] : app.range_rows)
-      range_rows.push_back({{"rank", rank},
-                            {"window_us", m.window_us},
-                            {"compute_us", m.compute_us},
-                            {"comm_us", m.comm_us},
-                            {"overlap_us", m.overlap_us},
-                            {"exposed_comm_us", m.exposed_comm_us},
-                            {"comm_wait_us", m.comm_wait_us},
-                            {"memcpy_us", m.memcpy_us},
-                            {"idle_us", m.idle_us}});
+    for (const auto& [rank, m] : app.range_rows) {
+      json row = metrics_json(m);
+      row["rank"] = rank;
+      range_rows.push_back(std::move(row));
+    }
+  // The Steps tab's rows.
+  json step_rows = json::array();
+  for (size_t r = 0; r < app.runs.size(); ++r)
+    for (const auto& rank_steps : app.runs[r].steps)
+      for (const StepMetrics& s : rank_steps) {
+        json row = metrics_json(s);
+        row["run"] = r;
+        row["rank"] = s.rank;
+        row["step"] = s.step;
+        step_rows.push_back(std::move(row));
+      }
   // The selected slice's collective on every rank (the Details tab's table and the links).
   json collective = nullptr, peers = json::array();
   if (const Collective* c = app.collective(app.selected)) {
@@ -473,12 +501,18 @@ nlohmann::json Viewer::state() const {
                      {"height", b.height}});
   }
   json compare = json::array();
-  for (const CompareRow& row : compare_rows(app))
-    compare.push_back({{"name", row.name}, {"run", row.run}, {"compared", row.compared}});
+  for (const CompareRow& row : compare_rows(app)) {
+    const CompareChange change = compare_change(row);
+    compare.push_back({{"name", row.name},
+                       {"run", row.run},
+                       {"compared", row.compared},
+                       {"change", change.text},
+                       {"verdict", verdict_name(change.verdict)}});
+  }
   json shown = json::object(), boxes = json::object();
   for (int c = 0; c < kCategories; ++c) {
-    shown[category_name(static_cast<Category>(c))] = app.show_category[static_cast<size_t>(c)];
-    boxes[category_name(static_cast<Category>(c))] = rect(app.layout.category_boxes[static_cast<size_t>(c)]);
+    shown[category_name(static_cast<ViewCategory>(c))] = app.show_category[static_cast<size_t>(c)];
+    boxes[category_name(static_cast<ViewCategory>(c))] = rect(app.layout.category_boxes[static_cast<size_t>(c)]);
   }
   return {{"frame", frames_},
           {"display", {io.DisplaySize.x, io.DisplaySize.y}},
@@ -494,6 +528,7 @@ nlohmann::json Viewer::state() const {
           {"collective_peers", peers},
           {"range", app.range ? json{app.range->first, app.range->second} : json(nullptr)},
           {"range_rows", range_rows},
+          {"step_rows", step_rows},
           {"panel", tab_name(app.shown_tab)},
           {"search", app.search},
           {"search_matches", app.match_count},

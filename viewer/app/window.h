@@ -99,7 +99,7 @@ class Viewer {
   std::string error_;
   char path_[2048] = "";
   std::pair<ImVec2, ImVec2> path_rect_{}, open_rect_{}, compare_rect_{}, cancel_rect_{};  // for the state dump
-  float panel_height_ = 230;
+  float panel_height_ = 262;  // the Compare table (eleven rows) without a scrollbar
   int frames_ = 0;
   std::vector<std::string> reference_traces_;  // ./traces/* run directories, offered when nothing is open
   std::string renderer_;
