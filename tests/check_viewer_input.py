@@ -24,7 +24,16 @@ what got loaded, which error is shown. Each scenario is one ctest entry:
             its waits and send/recvs.
   compare   a run opened with --compare OTHER: the Compare tab shows, the second run is shifted so
             both runs' step 1 start together on rank 0, and the table's per-step averages equal the
-            averages of the two runs' summary.json (the metrics library, computed by the chapter)
+            averages of the two runs' summary.json (the metrics library, computed by the chapter);
+            the change column: float noise (1e-13 us of "overlap") reads as zero, "same", a metric
+            that appears or vanishes reads "new" / "gone", not a percentage, and each change is
+            judged better or worse by what is good for its row (less step time, more overlap),
+            neither for plain compute, comm and memcpy time. Also reads 01_ring_allreduce, next to
+            RUN_DIR, for its comm waits that naive DDP has none of.
+  streams   chapter 00 (RUN_DIR is traces/00_streams_events): the Steps tab's rows give each step's
+            memcpy time and copy/compute overlap as the trace files do, and there is overlap to
+            see; synchronizations (cudaDeviceSynchronize...) are the "sync" category, drawn red,
+            and unticking it in the legend hides them while other runtime calls stay "runtime"
   search_filter  typing in the search box counts the slices whose names contain the text, as
             many as the trace files hold; unticking "comm" hides every communication slice (no
             orange left in the picture), ticking it again brings them back
@@ -42,6 +51,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_screenshot import COMM_ORANGE, read_png  # noqa: E402
+
+SYNC_RED = (215, 30, 40)  # viewer/app/app.cpp category_color(ViewCategory::sync)
 
 WIDTH, HEIGHT = 1280, 720
 # The replay's fixed time step per frame, as ImGui holds it (a float).
@@ -186,9 +197,16 @@ def range_totals(events, a, b):
             comm.append(iv)
         else:
             compute.append(iv)
-    cu, mu = merged(compute, a, b), merged(comm, a, b)
+    cu, mu, pu = merged(compute, a, b), merged(comm, a, b), merged(copy, a, b)
     return {"window_us": b - a, "compute_us": total(cu), "comm_us": total(mu), "overlap_us": intersection(cu, mu),
-            "memcpy_us": total(merged(copy, a, b)), "idle_us": (b - a) - total(merged(compute + comm + copy, a, b))}
+            "memcpy_us": total(pu), "copy_overlap_us": intersection(cu, pu),
+            "idle_us": (b - a) - total(merged(compute + comm + copy, a, b))}
+
+
+def step_totals(events):
+    """range_totals over each ProfilerStep#N of a rank file, by N."""
+    return {int(e["name"].split("#")[1]): range_totals(events, e["ts"], e["ts"] + e["dur"])
+            for e in events if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")}
 
 
 def colour_pixels(png, target, tolerance=24):
@@ -240,6 +258,104 @@ def scenario_compare(v, run_dir, other_dir):
         check(close(got["run"], want_a, 1e-2) and close(got["compared"], want_b, 1e-2),
               f"{name}: {got['run']:.3f} vs {got['compared']:.3f}, summaries {want_a:.3f} vs {want_b:.3f}")
     check(rows["step time"]["compared"] < rows["step time"]["run"], "bucketed steps are shorter than naive ones")
+    check_changes(st, "naive against bucketed")
+    check(rows["step time"]["verdict"] == "better" and rows["exposed comm"]["verdict"] == "better",
+          f"shorter steps and less exposed comm are better: {rows['step time']} {rows['exposed comm']}")
+    check(rows["comm"]["verdict"] == "neutral", f"less comm time is neither: {rows['comm']}")
+    # Nothing overlaps in either run, but bucketed DDP's interval sums leave 1e-13 us of "overlap":
+    # zero, whichever side it is on (as the run, it once read -100%).
+    check(rows["overlapped"]["compared"] == 0 and rows["overlapped"]["change"] == "same",
+          f"no overlap in either run reads 0 and 'same': {rows['overlapped']}")
+    back = v.replay("", [run_dir], ["--compare", other_dir])
+    check_changes(back, "bucketed against naive")
+    overlap = {r["name"]: r for r in back["compare_rows"]}["overlapped"]
+    check(overlap["run"] == 0 and overlap["change"] == "same", f"... the other way round too: {overlap}")
+
+    # A metric one run has and the other lacks: a word, not -100% or +inf%.
+    ring_dir = os.path.join(os.path.dirname(os.path.abspath(run_dir)), "01_ring_allreduce")
+    st = v.replay("", [ring_dir], ["--compare", other_dir])
+    check_changes(st, "the ring against naive DDP")
+    rows = {r["name"]: r for r in st["compare_rows"]}
+    check(rows["comm wait"]["run"] > 1 and rows["comm wait"]["change"] == "gone" and
+          rows["comm wait"]["verdict"] == "better", f"the ring's comm wait, none in naive DDP, is gone: {rows['comm wait']}")
+    check(rows["memcpy"]["compared"] > 1 and rows["memcpy"]["change"] == "new" and rows["memcpy"]["verdict"] == "neutral",
+          f"naive DDP's memcpy, none in the ring, is new: {rows['memcpy']}")
+
+
+# Which way each Compare row is better off: less of what a step loses or of memory, more hidden
+# under compute; plain compute, comm and memcpy time are neither.
+BETTER = {"step time": -1, "compute": 0, "comm": 0, "overlapped": 1, "exposed comm": -1, "comm wait": -1,
+          "memcpy": 0, "copy overlap": 1, "idle": -1, "peak allocated": -1, "peak reserved": -1}
+
+
+def check_changes(st, what):
+    """Every Compare row's change and verdict, from its two values (a value under the row's
+    resolution, whole bytes or a nanosecond, must already be zero)."""
+    names = [r["name"] for r in st["compare_rows"]]
+    check(sorted(names) == sorted(BETTER), f"{what}: the Compare rows are {names}")
+    for r in st["compare_rows"]:
+        a, b = r["run"], r["compared"]
+        resolution = 1 if r["name"].startswith("peak") else 1e-3
+        if abs(b - a) < resolution or (a != 0 and abs((b - a) / a) < 5e-4):
+            text, verdict = "same", "same"
+        else:
+            text = "new" if a == 0 else "gone" if b == 0 else f"{100 * (b - a) / a:+.1f}%"
+            way = BETTER.get(r["name"], 0)
+            verdict = "neutral" if way == 0 else "better" if (b - a) * way > 0 else "worse"
+        check(all(v == 0 or abs(v) >= resolution for v in (a, b)) and r["change"] == text and r["verdict"] == verdict,
+              f"{what}: {r['name']} {a!r} -> {b!r}: {r['change']} ({r['verdict']}), expected {text} ({verdict})")
+
+
+def depth_of(events, e):
+    """The nesting depth of a complete event on its lane: how many others enclose it."""
+    return sum(1 for o in events if o is not e and o.get("ph") == "X" and o["pid"] == e["pid"] and
+               o["tid"] == e["tid"] and o["ts"] <= e["ts"] and o["ts"] + o["dur"] >= e["ts"] + e["dur"])
+
+
+def click_event(v, run_dir, events, e, name):
+    """Shows e in the middle third of the window, clicks it; the state after the click."""
+    rng = ["--range", f"{e['ts'] - e['dur']}:{e['ts'] + 2 * e['dur']}"]
+    s0 = v.replay("", [run_dir], rng)
+    x, y = px(x_at(s0, e["ts"] + e["dur"] / 2)), row_y(lane(s0, 0, e["tid"]), depth_of(events, e))
+    v.replay(f"click {x} {y}\nwait\nstate {v.state_file(name)}\n", [run_dir], rng)
+    return v.load(name)
+
+
+def scenario_streams(v, run_dir, _other):
+    # The Steps tab: memcpy time and the part of it under compute, per rank and step.
+    s0 = v.replay("", [run_dir])
+    png0 = os.path.join(v.out, f"{v.scenario}_{v.runs}.png")
+    check(s0["panel"] == "Steps", f"one run opens on the Steps tab: {s0['panel']}")
+    files = trace_events(run_dir)
+    rows = {(r["rank"], r["step"]): r for r in s0["step_rows"] if r["run"] == 0}
+    want = {(rank, step): t for rank, evs in files.items() for step, t in step_totals(evs).items()}
+    check(sorted(rows) == sorted(want), f"a Steps row per rank and step: {sorted(rows)}")
+    for key, w in sorted(want.items()):
+        got = rows.get(key, {})
+        for k in ("memcpy_us", "copy_overlap_us"):
+            check(close(got.get(k), w[k], 1e-3), f"rank {key[0]} step {key[1]} {k}: {got.get(k)}, files {w[k]:.4f}")
+    check(all(w["copy_overlap_us"] > 10 and w["overlap_us"] == 0 for w in want.values()),
+          "(every step copies under compute and overlaps no comm: the column is what there is to see)")
+
+    # Synchronizations: their own category, red, in the legend's filters.
+    check(s0["show_category"].get("sync") is True, f"'sync' is a category, shown: {s0['show_category']}")
+    red = track_pixels(png0, s0, SYNC_RED)
+    check(red > 200, f"synchronizations are drawn red ({red} px)")
+    sync = max((e for e in files[0] if e.get("ph") == "X" and e["name"] == "cudaDeviceSynchronize"),
+               key=lambda e: e["dur"])
+    sel = click_event(v, run_dir, files[0], sync, "sync")["selected"] or {}
+    check(sel.get("name") == "cudaDeviceSynchronize" and sel.get("category") == "sync" and
+          close(sel.get("start_us"), sync["ts"], 1e-3), f"a click on cudaDeviceSynchronize at {sync['ts']} us "
+          f"selects it, category sync: {sel}")
+    malloc = next(e for e in files[0] if e.get("ph") == "X" and e["name"] == "cudaMalloc")
+    sel = click_event(v, run_dir, files[0], malloc, "malloc")["selected"] or {}
+    check(sel.get("name") == "cudaMalloc" and sel.get("category") == "runtime",
+          f"other runtime calls stay runtime: {sel}")
+    cx, cy = centre(s0["layout"]["category_boxes"]["sync"])
+    hidden = v.replay(f"click {cx} {cy}\nwait 2\n", [run_dir])
+    check(hidden["show_category"]["sync"] is False, "clicking the sync box unticks it")
+    red = track_pixels(os.path.join(v.out, f"{v.scenario}_{v.runs}.png"), hidden, SYNC_RED)
+    check(red == 0, f"no synchronization drawn once sync is hidden ({red} red pixels)")
 
 
 def scenario_search_filter(v, run_dir, _other):

@@ -7,6 +7,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -239,6 +240,85 @@ TEST_CASE("model: loads the reference traces and agrees with their summaries", "
     CHECK(m.events == slices);
     check_against_summary(m, summary);
   }
+}
+
+namespace {
+
+using Intervals = std::vector<std::pair<double, double>>;
+
+// Time in [t0, t1) inside some interval of `a` and some interval of `b`: the window cut at every
+// interval end, each piece tested against both lists. Quadratic, and unlike metrics.cpp's merge
+// and sweep on purpose: an independent count.
+double covered_by_both(const Intervals& a, const Intervals& b, double t0, double t1) {
+  std::vector<double> cuts{t0, t1};
+  for (const Intervals* list : {&a, &b})
+    for (const auto& [start, end] : *list) {
+      cuts.push_back(std::clamp(start, t0, t1));
+      cuts.push_back(std::clamp(end, t0, t1));
+    }
+  std::sort(cuts.begin(), cuts.end());
+  auto covers = [](const Intervals& list, double t) {
+    return std::any_of(list.begin(), list.end(), [&](const auto& i) { return i.first <= t && t < i.second; });
+  };
+  double sum = 0;
+  for (size_t i = 0; i + 1 < cuts.size(); ++i) {
+    const double mid = (cuts[i] + cuts[i + 1]) / 2;
+    if (cuts[i] < cuts[i + 1] && covers(a, mid) && covers(b, mid)) sum += cuts[i + 1] - cuts[i];
+  }
+  return sum;
+}
+
+}  // namespace
+
+// The Steps tab's memcpy and copy overlap columns (StepMetrics::memcpy_us, copy_overlap_us) on
+// chapter 00, where a copy stream runs under the compute stream: recounted from the rank files.
+TEST_CASE("model: chapter 00's copy overlap is its copies' time under compute kernels, as the files give it",
+          "[viewer]") {
+  const TraceModel m = load_traces({(kTraces / "00_streams_events").string()});
+  REQUIRE(m.ranks.size() == 2);
+  for (const Rank& r : m.ranks) {
+    INFO("rank " << r.rank);
+    Intervals kernels, copies;
+    std::map<int, std::pair<double, double>> steps;
+    const json file = json::parse(read_text(r.file));
+    for (const json& e : file["traceEvents"]) {
+      if (e["ph"] != "X") continue;
+      const std::string cat = e["cat"], name = e["name"];
+      const double ts = e["ts"], end = ts + e["dur"].get<double>();
+      if (cat == "kernel" && !name.starts_with("nccl")) kernels.emplace_back(ts, end);
+      if (cat == "gpu_memcpy" || cat == "gpu_memset") copies.emplace_back(ts, end);
+      if (name.starts_with("ProfilerStep#")) steps[std::stoi(name.substr(13))] = {ts, end};
+    }
+    const auto metrics = step_metrics(r.timeline);
+    REQUIRE(metrics.size() == steps.size());
+    for (const StepMetrics& s : metrics) {
+      INFO("step " << s.step);
+      const auto [t0, t1] = steps.at(s.step);
+      CHECK(s.memcpy_us == Approx(covered_by_both(copies, copies, t0, t1)).margin(1e-6));
+      CHECK(s.copy_overlap_us == Approx(covered_by_both(kernels, copies, t0, t1)).margin(1e-6));
+      CHECK(s.copy_overlap_us > 10);  // (b) copies on stream 8 under stream 7's kernels
+      CHECK(s.copy_overlap_us < s.memcpy_us);  // (a) and (d) copy with the kernels waiting
+    }
+  }
+}
+
+// Copies under compute count, copies under communication do not, and a memset is a copy.
+TEST_CASE("model: copy overlap counts copies and memsets under compute kernels only", "[viewer]") {
+  TempDir tmp("shardlab_test_viewer");
+  auto event = [](const char* cat, const char* name, int tid, double ts, double dur) {
+    return "{\"ph\": \"X\", \"cat\": \"" + std::string(cat) + "\", \"name\": \"" + name +
+           "\", \"pid\": 0, \"tid\": " + std::to_string(tid) + ", \"ts\": " + std::to_string(ts) +
+           ", \"dur\": " + std::to_string(dur) + "}";
+  };
+  write_text(tmp.path / "t.json", kHeader + event("kernel", "gemm", 7, 0, 10) + ", " +
+                                      event("kernel", "ncclDevKernel_AllReduce", 9, 20, 10) + ", " +
+                                      event("gpu_memcpy", "Memcpy HtoD", 8, 6, 18) + ", " +
+                                      event("gpu_memset", "Memset", 10, 2, 2) + "]}");
+  const TraceModel m = load_traces({(tmp.path / "t.json").string()});
+  const RangeMetrics r = range_metrics(m.ranks.at(0).timeline, 0, 40);
+  CHECK(r.memcpy_us == Approx(20));       // [2, 4) and [6, 24)
+  CHECK(r.copy_overlap_us == Approx(6));  // [2, 4) and [6, 10) under gemm; [20, 24) is under the all-reduce
+  CHECK(r.overlap_us == Approx(0));
 }
 
 TEST_CASE("model: loads .json.gz and explicit files like the directory", "[viewer]") {

@@ -49,7 +49,7 @@ void lesson(Job& job) {
   GPT& model = replica.model();
   job.say("model " + setup.model + ": " + std::to_string(gpt_num_params(model.config())) + " parameters in " +
           std::to_string(model.params().size()) + " tensors, " + std::to_string(reducer.buckets()) +
-          " buckets (the first holds " + human_bytes(static_cast<double>(reducer.bucket_bytes(0))) + "; cap " +
+          (reducer.buckets() == 1 ? " bucket" : " buckets") + " (the first holds " + human_bytes(static_cast<double>(reducer.bucket_bytes(0))) + "; cap " +
           human_bytes(bucket_cap_mb * (1 << 20)) + ")");
   ch02::start_training(job, replica);
 

@@ -5,6 +5,10 @@
 
 #include <cuda_runtime.h>
 
+#include <filesystem>
+#include <string>
+#include <system_error>
+
 namespace shardlab {
 
 int cuda_device_count() {
@@ -17,7 +21,14 @@ int cuda_device_count() {
 std::string cuda_unavailable_reason() {
   int n = 0;
   const cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess) return std::string("CUDA runtime: ") + cudaGetErrorString(err);
+  if (err != cudaSuccess) {
+    // Without a driver the runtime says "CUDA driver version is insufficient", which reads
+    // like an old driver; on a machine with no GPU at all say that first.
+    const std::string runtime = std::string("CUDA runtime: ") + cudaGetErrorString(err);
+    std::error_code ec;
+    if (!std::filesystem::exists("/dev/nvidiactl", ec)) return "no NVIDIA GPU or driver found on this machine; " + runtime;
+    return runtime;
+  }
   if (n == 0) return "no CUDA device visible";
   return "";
 }

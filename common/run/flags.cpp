@@ -125,7 +125,9 @@ std::string Flags::usage() const {
     std::string left = "  --" + f.name + (f.kind.empty() ? "" : " " + f.kind);
     if (left.size() < 30) left.resize(30, ' ');
     else left += "  ";
-    u += left + f.help + " (default: " + f.get().dump() + ")\n";
+    // A help text that states its own default ("default: the chapter id") keeps its words.
+    const bool says_default = f.help.find("(default:") != std::string::npos;
+    u += left + f.help + (says_default ? "" : " (default: " + f.get().dump() + ")") + "\n";
   }
   u += "  --help                      this text\n";
   return u;

@@ -132,9 +132,13 @@ std::string first_problem(const std::string& mine) {
 }
 
 // Three decimals, or three significant digits for tiny values (errors, tolerances).
-std::string format_figure(double v) {
+// A count (no unit, a whole number) prints as one: "28", not "28.000".
+std::string format_figure(double v, const std::string& unit) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, v != 0 && std::abs(v) < 0.01 ? "%.3e" : "%.3f", v);
+  if (unit.empty() && v == std::floor(v) && std::abs(v) < 1e15)
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  else
+    std::snprintf(buf, sizeof buf, v != 0 && std::abs(v) < 0.01 ? "%.3e" : "%.3f", v);
   return buf;
 }
 
@@ -252,7 +256,7 @@ void Job::figure(const std::string& key, double value, const std::string& unit, 
   if (!is_root()) return;
   std::string left = "  " + key;
   if (left.size() < 34) left.resize(34, ' ');
-  std::string num = format_figure(value) + " " + unit;
+  std::string num = format_figure(value, unit) + " " + unit;
   if (num.size() < 16) num.insert(0, 16 - num.size(), ' ');
   std::cout << left << num << "   " << what << std::endl;
 }
@@ -590,7 +594,7 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
 
   CommonFlags common;
   common.steps = info.default_steps;
-  Flags flags(info.id);
+  Flags flags(argc > 0 ? argv[0] : "shardlab_" + info.id);  // usage names the program as it was run
   flags.add_choice("device", &common.device, {"auto", "sim", "cuda"},
                    "where to run: sim (simulated GPU, virtual time) or cuda; auto picks cuda when a GPU is visible (the sim under --compute skip)");
   flags.add_choice("comm", &common.comm, {"auto", "mpi", "nccl"},

@@ -75,6 +75,7 @@ struct Run {
   std::vector<bool> sync_name;  // [interned name]: a synchronization's name (ViewCategory::sync)
 };
 
+// A slice's category as the timeline colours it and the legend filters it.
 ViewCategory view_category(const Run& run, const Slice& s);
 
 // Builds the indices above (once, after loading).

@@ -171,8 +171,8 @@ void compare_tab(const AppState& app) {
     switch (change.verdict) {
       case CompareChange::better: ImGui::TextColored(kBetter, "%s", change.text.c_str()); break;
       case CompareChange::worse: ImGui::TextColored(kWorse, "%s", change.text.c_str()); break;
-      case CompareChange::same:
       case CompareChange::neutral: ImGui::TextUnformatted(change.text.c_str()); break;
+      case CompareChange::same: ImGui::TextDisabled("%s", change.text.c_str()); break;
     }
   }
   ImGui::EndTable();
