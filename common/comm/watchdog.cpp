@@ -72,7 +72,14 @@ void Watchdog::wait(MPI_Request* requests, int n, const std::string& what) {
     MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
     if (done) return;
     if (!running()) continue;  // before start() (unit tests of a communicator): a plain wait
-    poll_notices();
+    check_signal();
+    // A failure notice ends this wait, but not at once: the operation under way may still
+    // complete (the failed rank may have done its part of it before failing), and a step
+    // that completes is a step the trace keeps. So it gets kNoticeGrace; a later wait gets
+    // one test, since the failed rank takes part in nothing after.
+    if (!pending_ && (pending_ = receive_notice())) noticed_ = std::chrono::steady_clock::now();
+    if (pending_ && (noticed_ < begin || std::chrono::steady_clock::now() - noticed_ > kNoticeGrace))
+      throw JobFailure(*pending_, false);
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     if (timeout_s_ > 0 && waited > timeout_s_) timed_out(what, waited);
     // Most waits end within microseconds: spin first, then sleep, longer each time up to 1 ms.
@@ -85,24 +92,25 @@ void Watchdog::wait(MPI_Request* requests, int n, const std::string& what) {
   }
 }
 
-void Watchdog::poll_notices() {
-  if (const int sig = signal_received.load()) {
+void Watchdog::check_signal() const {
+  if (const int sig = signal_received.load())
     throw JobFailure({rank_, "terminated", "terminated by signal " + std::to_string(sig) +
                                                " (mpirun ends every rank when one of them dies)"},
                      true);
-  }
+}
+
+std::optional<Failure> Watchdog::receive_notice() {
   int arrived = 0;
   MPI_Status status;
   MPI_Iprobe(MPI_ANY_SOURCE, kNoticeTag, control_, &arrived, &status);
-  if (!arrived) return;
+  if (!arrived) return std::nullopt;
   int len = 0;
   MPI_Get_count(&status, MPI_CHAR, &len);
   std::string text(static_cast<size_t>(len), '\0');
   MPI_Recv(text.data(), len, MPI_CHAR, status.MPI_SOURCE, kNoticeTag, control_, MPI_STATUS_IGNORE);
   const json j = json::parse(text, nullptr, false);
-  Failure f{status.MPI_SOURCE, "error", text};
-  if (j.is_object()) f = {j.value("rank", status.MPI_SOURCE), j.value("kind", "error"), j.value("reason", "")};
-  throw JobFailure(std::move(f), false);
+  if (!j.is_object()) return Failure{status.MPI_SOURCE, "error", text};
+  return Failure{j.value("rank", status.MPI_SOURCE), j.value("kind", "error"), j.value("reason", "")};
 }
 
 void Watchdog::timed_out(const std::string& what, double waited_s) {

@@ -12,7 +12,8 @@
 //     it polls it listens on a control channel (its own copy of MPI_COMM_WORLD) for a notice
 //     that another rank failed, and it watches the clock: past --collective-timeout it gives
 //     up. Either way it throws JobFailure, which unwinds the lesson like any error, so the
-//     harness can write what this rank has (run/job.cpp).
+//     harness can write what this rank has (run/job.cpp). A notice gives the operation under
+//     way a second to complete first: the failed rank may have done its part before failing.
 //   - The rank that fails announces it on the control channel (announce), so every rank
 //     blocked in a wait learns it within milliseconds.
 //   - FlightRecorder keeps the last 32 collectives and send/recvs of this rank: sequence
@@ -30,6 +31,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -125,12 +127,18 @@ class Watchdog {
  private:
   Watchdog() = default;
   [[noreturn]] void timed_out(const std::string& what, double waited_s);
-  void poll_notices();
+  void check_signal() const;               // throws once a signal came
+  std::optional<Failure> receive_notice();  // another rank's failure notice, if one came
   MPI_Comm control_ = MPI_COMM_NULL;
   double timeout_s_ = 0;
   int rank_ = 0, size_ = 1;
   std::chrono::steady_clock::time_point started_;
   bool announced_ = false;
+  // A notice received, and when: it ends the wait under way after kNoticeGrace, and any
+  // later wait that does not complete at once.
+  std::optional<Failure> pending_;
+  std::chrono::steady_clock::time_point noticed_;
+  static constexpr std::chrono::seconds kNoticeGrace{1};
   std::string last_wait_;
   std::vector<std::string> notice_buffers_;  // what announce() sent, alive until the process ends
   FlightRecorder flight_;

@@ -26,7 +26,7 @@ namespace shardlab::viewer::app {
 // until the device caught up, which is what a reader looks for on a CPU lane (chapter 00's
 // "red cudaDeviceSynchronize slice"). In the legend's order.
 enum class ViewCategory : uint8_t { compute, comm, comm_wait, memcpy, cpu_op, runtime, sync, annotation, other };
-constexpr int kCategories = 9;  // the number of ViewCategory values
+constexpr int kCategories = static_cast<int>(ViewCategory::other) + 1;
 
 // Slices of one lane at one depth, by index into Lane::slices. Slices at one depth never overlap
 // (they nest strictly), so both their starts and their ends are sorted: the visible ones are
