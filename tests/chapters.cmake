@@ -150,6 +150,12 @@ add_test(NAME "harness: a step that throws prints no progress line"
          COMMAND ${EXPECT_EXIT} 1 "rank 0: error: deliberate failure on rank 0" --also "step 1/2" --not "step 2/2"
                  -- ${MPIRUN} -np 2 $<TARGET_FILE:fail_one_rank> --failing-rank 0 --trace-dir ${RUNS})
 set_tests_properties("harness: a step that throws prints no progress line" PROPERTIES TIMEOUT 60 PROCESSORS 2)
+# A race the program did not expect fails the run (exit 3) after its traces are written; chapter
+# 00's --race shows one on purpose and exits 0.
+add_test(NAME "harness: a run with a race the program did not expect exits 3 after writing its traces"
+         COMMAND ${EXPECT_EXIT} 3 "fail_one_rank: error: the race check found 2 race\\(s\\)" --also "race check: 2 report\\(s\\)" --also "traces: "
+                 -- ${MPIRUN} -np 2 $<TARGET_FILE:fail_one_rank> --mode race --trace-dir ${RUNS} --run-name race_unexpected)
+set_tests_properties("harness: a run with a race the program did not expect exits 3 after writing its traces" PROPERTIES TIMEOUT 60 PROCESSORS 2)
 # A rank that throws in step 3 of 5: every rank writes its trace so far (marked incomplete), its
 # flight record and a report; summary.json names the failure; the validator accepts the traces.
 string(JOIN " " CHECK_FAILED_SH ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_failed_run.py)

@@ -3,7 +3,9 @@
 //   --mode throw  it throws: the harness prints its message, every rank writes its trace so far
 //                 (marked incomplete), and the job ends with status 1 instead of hanging;
 //   --mode skip   it skips that step's all-reduce and carries on, as a rank-dependent branch
-//                 would: after --collective-timeout the job ends naming it.
+//                 would: after --collective-timeout the job ends naming it;
+//   --mode race   it fills the buffer on a second stream and all-reduces it on the first
+//                 without a wait: the run finishes, the race check reports it, exit status 3.
 // The failed step prints no progress line.
 #include <stdexcept>
 #include <string>
@@ -23,17 +25,20 @@ int main(int argc, char** argv) {
   const auto add_flags = [](Flags& f) {
     f.add_int("failing-rank", &failing_rank, 0, 1 << 20, "the rank that goes wrong");
     f.add_int("failing-step", &failing_step, 1, 1 << 20, "the step (from 1) in which it does");
-    f.add_choice("mode", &mode, {"throw", "skip"}, "throw: it throws; skip: it skips that step's all-reduce");
+    f.add_choice("mode", &mode, {"throw", "skip", "race"},
+                 "throw: it throws; skip: it skips that step's all-reduce; race: it forgets a wait");
   };
   return run_chapter(argc, argv, {"fail_one_rank", "A failing rank", 2}, add_flags, [](Job& job) {
     Device& dev = job.device();
     Tensor t = dev.empty({16}, DType::f32, dev.compute_stream(), "t");
+    Stream& side = dev.create_stream("side");
     for (int64_t step = 0; step < job.steps(); ++step) {
       Job::Step s(job, step);
       ops::fill(dev, dev.compute_stream(), t, 1.0f);  // some device work in every step's trace
       const bool wrong = step + 1 == failing_step && job.rank() == failing_rank;
       if (wrong && mode == "throw") throw std::runtime_error("deliberate failure on rank " + std::to_string(job.rank()));
-      if (!wrong) job.world().all_reduce(t, ReduceOp::sum, dev.compute_stream());
+      if (wrong && mode == "race") ops::fill(dev, side, t, 2.0f);  // no wait before the all-reduce reads t
+      if (!wrong || mode == "race") job.world().all_reduce(t, ReduceOp::sum, dev.compute_stream());
     }
     dev.free(t);
   });

@@ -152,6 +152,7 @@ std::vector<float> make_inputs(int64_t n, int64_t seed, int rank) {
 void lesson(Job& job) {
   Device& dev = job.device();
   job.set_strategy(opt.race ? "streams+race" : "streams");
+  job.expect_races(opt.race);  // case (c) races on purpose: its reports are the lesson
   // A second stream for copies. Its work can run at the same time as the compute stream's.
   Stream& copy = dev.create_stream("copy");
 

@@ -340,7 +340,7 @@ void Job::write_rank_trace(const json& other) const {
                   d.base_time_ns(), device_properties, other);
 }
 
-void Job::finish() {
+int Job::finish() {
   Device& d = device();
   d.synchronize();
 
@@ -395,7 +395,13 @@ void Job::finish() {
 #else
     std::cout << "open them: drag a rank file into https://ui.perfetto.dev (or chrome://tracing)" << std::endl;
 #endif
+    if (races > 0 && !races_expected_) {
+      print_error(info_.id + ": error: the race check found " + std::to_string(races) +
+                  " race(s) (listed above): a missing wait or a use after free; exit status 3");
+      return 3;
+    }
   }
+  return 0;
 }
 
 namespace {
@@ -689,9 +695,10 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
 
   // One rank failing must not leave the others waiting in a collective forever, nor lose
   // what they have: fail() writes every rank's trace so far and ends the job (status 1).
+  int status = 0;
   try {
     lesson(*job);
-    job->finish();
+    status = job->finish();
   } catch (const JobFailure& f) {
     job->fail(f.failure, f.origin);
   } catch (const std::exception& e) {
@@ -700,7 +707,7 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
   job.reset();
   Watchdog::get().stop();
   MPI_Finalize();
-  return 0;
+  return status;
 }
 
 }  // namespace shardlab

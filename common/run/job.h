@@ -121,7 +121,13 @@ class Job {
   void set_strategy(std::string s) { strategy_ = std::move(s); }
   nlohmann::json& results() { return results_; }  // extra machine-readable results
 
-  void finish();  // writes traces and summary.json (run_chapter calls it)
+  // The race check's reports fail the run (exit status 3, after the traces are written),
+  // unless the chapter shows a race on purpose and says so here (chapter 00's --race).
+  void expect_races(bool on) { races_expected_ = on; }
+
+  // Writes traces and summary.json (run_chapter calls it). Returns the run's exit status: 0,
+  // or 3 on rank 0 when the race check found races nobody expected.
+  int finish();
   // The job is failing (this rank threw or timed out, or another rank announced it): write
   // what this rank has (its trace so far, marked incomplete, and its flight record), send rank
   // 0 a report, and end the process with status 1. Rank 0 gathers the reports (for a few
@@ -144,6 +150,7 @@ class Job {
   nlohmann::json figures_ = nlohmann::json::object();
   nlohmann::json results_ = nlohmann::json::object();
   std::vector<double> losses_;  // the global mean loss of each step that reported one
+  bool races_expected_ = false;
 };
 
 using AddFlags = std::function<void(Flags&)>;
