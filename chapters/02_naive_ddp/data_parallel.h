@@ -44,6 +44,9 @@ class BatchShare {
     // rank 0, and handed to every rank, instead of once per rank on the same cores.
     if (job.device().computes()) {
       const int vocab = static_cast<int>(GPTConfig::preset(setup.model).vocab);
+      if (setup.model != "tiny")  // seconds of silence otherwise: the chain, then the parameters
+        job.say("preparing the data (a " + std::to_string(vocab) + "-state Markov chain) and the " + setup.model +
+                " parameters on the CPU...");
       std::vector<double> pi = job.solved_once([&] { return MarkovChain(vocab, setup.fanout, setup.seed).stationary(); });
       chain_.emplace(vocab, setup.fanout, setup.seed, std::move(pi));
       sampler_.emplace(*chain_, setup.global_batch, setup.T, job.rank(), job.world_size(), setup.seed);
@@ -244,6 +247,8 @@ inline void start_training(Job& job, Replica& r) {
 inline void check_training(Job& job, Replica& r, int expected, const std::string& what) {
   Device& dev = job.device();
   if (dev.computes() && r.setup().check_reference) {
+    job.say("checking against single-rank training on the global batch (on the CPU, " +
+            std::to_string(r.setup().steps) + " step(s)" + (r.setup().model == "tiny" ? "" : ": minutes for this model") + ")...");
     const double err = relative_error_vs_reference(r);
     job.figure("relative_error_vs_single_rank", err, "", "||params - single-rank params|| / ||single-rank params||");
     if (err > 1e-5)
