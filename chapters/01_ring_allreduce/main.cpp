@@ -139,10 +139,22 @@ void sweep(Job& job, Comm& comm, Stream& s) {
       at += std::snprintf(line + at, sizeof line - static_cast<size_t>(at), "  %9.2f %6.2f %6.2f  |", row.time_us[v], alg, bus);
     }
     const auto [alg, bus] = add_row("model", bytes, model_us);
+    // NCCL times both protocols and takes the faster: LL below a size, Simple above.
+    rows.back()["protocol"] = collective_protocol(link, CollectiveKind::all_reduce, static_cast<double>(bytes), n);
     std::snprintf(line + at, sizeof line - static_cast<size_t>(at), "  %9.2f %6.2f %6.2f", model_us, alg, bus);
     job.say(line);
   }
   job.results()["sweep"] = rows;
+  // Where the model (and so the library, which the sim prices with it) changes protocol.
+  std::vector<nlohmann::json> model_rows;
+  for (const auto& r : rows)
+    if (r["variant"] == "model") model_rows.push_back(r);
+  for (size_t i = 1; i < model_rows.size(); ++i)
+    if (model_rows[i - 1]["protocol"] == "LL" && model_rows[i]["protocol"] == "SIMPLE")
+      job.say("\nprotocol: LL up to " + human_bytes(model_rows[i - 1]["bytes"].get<double>()) + ", Simple from " +
+              human_bytes(model_rows[i]["bytes"].get<double>()) +
+              " (LL: less latency per step, " + std::to_string(static_cast<int>(link.ll_bw_fraction * 100 + 0.5)) +
+              "% of the bandwidth)");
 
   // Headline figures: the largest message (bandwidth bound) and the smallest (latency bound).
   const auto find = [&](const char* variant, int64_t bytes, const char* key) {
