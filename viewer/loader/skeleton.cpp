@@ -5,6 +5,8 @@
 #include <simdjson.h>
 
 #include <limits>
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include "chunk_parser.h"
@@ -111,15 +113,35 @@ void scalar_top(const std::string& text) {
 
 namespace {
 
-// A string member's value, "" when it is not a string.
-std::string string_of(od::value v) {
-  std::string_view sv;
-  od::json_type t{};
-  if (v.type().get(t) || t != od::json_type::string || v.get_string().get(sv)) {
-    check_value(v);
-    return "";
+// Calls f(key, value) for each member of an object; every value f does not read must be
+// passed to check_value (so the whole skeleton is validated as JSON).
+template <typename F>
+void for_each_member(od::object object, F&& f) {
+  for (auto fr : object) {
+    od::field field;
+    std::string_view key;
+    if (const auto err = std::move(fr).get(field)) not_json(err);
+    if (const auto err = field.unescaped_key().get(key)) not_json(err);
+    f(key, field.value());
   }
-  return std::string(sv);
+}
+
+bool is(od::value& v, od::json_type want) {
+  od::json_type t{};
+  return !v.type().get(t) && t == want;
+}
+
+od::object object_of(od::value& v) {
+  od::object o;
+  if (const auto err = v.get_object().get(o)) not_json(err);
+  return o;
+}
+
+// A number that is an integer, else nullopt (a number that is not valid JSON throws).
+std::optional<int64_t> integer_of(od::value& v) {
+  const Num n = read_number(v);
+  if (n.kind == Num::none) throw FileError("not valid JSON: " + bad_number(v.raw_json_token()));
+  return n.as_int();
 }
 
 // otherData: "incomplete": true and "failure": {"rank": R, "kind": ..., "reason": ...}.
@@ -127,39 +149,20 @@ void read_other_data(od::object other, SkeletonInfo& info) {
   bool incomplete = false;
   std::string reason;
   int64_t failed_rank = -1;
-  for (auto fr : other) {
-    od::field f;
-    std::string_view k;
-    if (const auto err = std::move(fr).get(f)) not_json(err);
-    if (const auto err = f.unescaped_key().get(k)) not_json(err);
-    od::value v = f.value();
-    od::json_type t{};
-    if (k == "incomplete" && !v.type().get(t) && t == od::json_type::boolean) {
-      bool b = false;
-      if (const auto err = v.get_bool().get(b)) not_json(err);
-      incomplete = b;
-    } else if (k == "failure" && !v.type().get(t) && t == od::json_type::object) {
-      od::object failure;
-      if (const auto err = v.get_object().get(failure)) not_json(err);
-      for (auto gr : failure) {
-        od::field g;
-        if (const auto err = std::move(gr).get(g)) not_json(err);
-        if (const auto err = g.unescaped_key().get(k)) not_json(err);
-        od::value w = g.value();
-        if (k == "reason") {
-          reason = string_of(w);
-        } else if (k == "rank" && !w.type().get(t) && t == od::json_type::number) {
-          const Num n = read_number(w);
-          if (n.kind == Num::none) throw FileError("not valid JSON: " + bad_number(w.raw_json_token()));
-          failed_rank = n.as_int().value_or(-1);
-        } else {
-          check_value(w);
-        }
-      }
+  for_each_member(other, [&](std::string_view key, od::value v) {
+    if (key == "incomplete" && is(v, od::json_type::boolean)) {
+      if (const auto err = v.get_bool().get(incomplete)) not_json(err);
+    } else if (key == "failure" && is(v, od::json_type::object)) {
+      for_each_member(object_of(v), [&](std::string_view k, od::value w) {
+        std::string_view text;
+        if (k == "reason" && is(w, od::json_type::string) && !w.get_string().get(text)) reason = text;
+        else if (k == "rank" && is(w, od::json_type::number)) failed_rank = integer_of(w).value_or(-1);
+        else check_value(w);
+      });
     } else {
       check_value(v);
     }
-  }
+  });
   if (incomplete)
     info.incomplete = (failed_rank >= 0 ? "rank " + std::to_string(failed_rank) + ": " : std::string()) +
                       (reason.empty() ? "the run failed" : reason);
@@ -175,40 +178,19 @@ SkeletonInfo read_skeleton(const std::string& skeleton) {
   if (const auto err = parser.iterate(text).get(doc)) not_json(err);
   if (const auto err = doc.get_object().get(top)) not_json(err);
   SkeletonInfo out;
-  for (auto fr : top) {
-    od::field f;
-    std::string_view k;
-    if (const auto err = std::move(fr).get(f)) not_json(err);
-    if (const auto err = f.unescaped_key().get(k)) not_json(err);
-    od::value v = f.value();
-    od::json_type t{};
-    if (k == "otherData" && !v.type().get(t) && t == od::json_type::object) {
-      od::object other;
-      if (const auto err = v.get_object().get(other)) not_json(err);
-      read_other_data(other, out);
-      continue;
-    }
-    if (k != "distributedInfo" || v.type().get(t) || t != od::json_type::object) {
+  for_each_member(top, [&](std::string_view key, od::value v) {
+    if (key == "otherData" && is(v, od::json_type::object)) {
+      read_other_data(object_of(v), out);
+    } else if (key == "distributedInfo" && is(v, od::json_type::object)) {
+      for_each_member(object_of(v), [&](std::string_view k, od::value r) {
+        if (k != "rank" || !is(r, od::json_type::number)) return check_value(r);
+        const auto i = integer_of(r);
+        if (i && *i >= 0 && *i <= std::numeric_limits<int>::max()) out.rank = static_cast<int>(*i);
+      });
+    } else {
       check_value(v);
-      continue;
     }
-    od::object info;
-    if (const auto err = v.get_object().get(info)) not_json(err);
-    for (auto ir : info) {
-      od::field g;
-      if (const auto err = std::move(ir).get(g)) not_json(err);
-      if (const auto err = g.unescaped_key().get(k)) not_json(err);
-      od::value r = g.value();
-      if (k != "rank" || r.type().get(t) || t != od::json_type::number) {
-        check_value(r);
-        continue;
-      }
-      const Num n = read_number(r);
-      if (n.kind == Num::none) throw FileError("not valid JSON: " + bad_number(r.raw_json_token()));
-      const auto i = n.as_int();
-      if (i && *i >= 0 && *i <= std::numeric_limits<int>::max()) out.rank = static_cast<int>(*i);
-    }
-  }
+  });
   return out;  // (the scanner has seen that nothing follows the object)
 }
 
