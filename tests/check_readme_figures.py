@@ -22,7 +22,7 @@ import tempfile
 def check_figures(text, figures, problems):
     checked = 0
     for line in text.splitlines():
-        m = re.match(r"\|\s*`?([a-z0-9_]+)`?\s*\|\s*(-?[0-9]+(?:\.[0-9]+)?(?:e[-+][0-9]+)?)\s*\|", line)
+        m = re.match(r"\|\s*`?([A-Za-z0-9_]+)`?\s*\|\s*(-?[0-9]+(?:\.[0-9]+)?(?:e[-+][0-9]+)?)\s*\|", line)
         if not m or m.group(1) not in figures:
             continue
         key, quoted = m.group(1), m.group(2)

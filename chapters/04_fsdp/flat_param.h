@@ -42,8 +42,12 @@ struct ShardLayout {
 };
 
 // Gradient averaging in two halves around the reduce-scatter, so the sum neither overflows
-// nor loses precision in low precision (_init_utils.py): predivide by f, the largest power of
-// two with f * f < W that divides W ... then postdivide by W / f.
+// nor loses precision in low precision: predivide by f, postdivide by W / f. f is PyTorch's
+// DefaultState._get_gradient_predivide_factor (torch/distributed/algorithms/_comm_hooks/
+// default_hooks.py): starting from 1, f doubles while f divides W and f * f < W. For W a power
+// of two that is the smallest power of two with f * f >= W (1 -> 1, 2 -> 2, 4 -> 2, 8 -> 4,
+// 16 -> 4, 64 -> 8); otherwise the doubling also stops at the first power of two that does not
+// divide W, and W / f can be fractional (3 -> 2 and 1.5, 6 -> 4 and 1.5, 12 -> 4 and 3).
 struct GradientFactors {
   double pre, post;
 };

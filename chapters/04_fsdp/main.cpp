@@ -132,15 +132,16 @@ void lesson(Job& job) {
                            std::to_string(expect_scatters) + " reduce-scatters per step, the trace shows " +
                            std::to_string(gathers) + " and " + std::to_string(scatters));
 
-  // 6. Memory: the peak of a step, measured by the caching allocator, against the formula.
+  // 6. Memory: the peak of a step, measured by the caching allocator, against the formula. In
+  //    MiB, which reads well from the tiny model (about 1.6 MiB) to gpt2-small (about 1700).
   const ch04::MemoryFormula f = ch04::fsdp_peak_memory(model.config(), batch.rows(), setup.T, job.world_size(), full_shard);
-  const double GiB = 1024.0 * 1024.0 * 1024.0;
-  job.figure("peak_allocated_GiB", static_cast<double>(dev.allocator().peak_allocated()) / GiB, "GiB", "measured, rank 0, last step");
-  job.figure("peak_reserved_GiB", static_cast<double>(dev.allocator().peak_reserved()) / GiB, "GiB", "measured: segments the allocator holds");
-  job.figure("formula_GiB", static_cast<double>(f.total()) / GiB, "GiB", "sharded state + unsharded at the peak + activations");
-  job.figure("formula_sharded_state_GiB", static_cast<double>(f.sharded_state) / GiB, "GiB", "parameters, gradients, AdamW m and v: 1/W each");
-  job.figure("formula_unsharded_GiB", static_cast<double>(f.unsharded) / GiB, "GiB", "gathered parameters and gradients in flight at the peak");
-  job.figure("formula_activations_GiB", static_cast<double>(f.activations) / GiB, "GiB", "saved activations + the head's backward");
+  const auto MiB = [](auto bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
+  job.figure("peak_allocated_MiB", MiB(dev.allocator().peak_allocated()), "MiB", "measured, rank 0, last step");
+  job.figure("peak_reserved_MiB", MiB(dev.allocator().peak_reserved()), "MiB", "measured: segments the allocator holds");
+  job.figure("formula_MiB", MiB(f.total()), "MiB", "sharded state + unsharded at the peak + activations");
+  job.figure("formula_sharded_state_MiB", MiB(f.sharded_state), "MiB", "parameters, gradients, AdamW m and v: 1/W each");
+  job.figure("formula_unsharded_MiB", MiB(f.unsharded), "MiB", "gathered parameters and gradients in flight at the peak");
+  job.figure("formula_activations_MiB", MiB(f.activations), "MiB", "saved activations + the head's backward");
 
   // 7. The proof: gathered, the shards equal single-rank training on the global batch.
   if (dev.computes() && setup.check_reference) {
