@@ -220,6 +220,13 @@ inline double broadcast_parameters(Job& job, Replica& r) {
   return worst;
 }
 
+// Before the single-rank reference runs: it trains on the CPU, minutes for a large model, so
+// the run says what it is doing rather than fall silent.
+inline void say_reference_check(Job& job, const TrainSetup& setup) {
+  job.say("checking against single-rank training on the global batch (on the CPU, " + std::to_string(setup.steps) +
+          " step(s)" + (setup.model == "tiny" ? "" : ": minutes for this model") + ")...");
+}
+
 // The numerics check: every rank's parameters after training against one rank training on the
 // whole global batch. Returns ||p - p_ref|| / ||p_ref|| (norm-wise relative error).
 inline double relative_error_vs_reference(Replica& r) {
@@ -247,8 +254,7 @@ inline void start_training(Job& job, Replica& r) {
 inline void check_training(Job& job, Replica& r, int expected, const std::string& what) {
   Device& dev = job.device();
   if (dev.computes() && r.setup().check_reference) {
-    job.say("checking against single-rank training on the global batch (on the CPU, " +
-            std::to_string(r.setup().steps) + " step(s)" + (r.setup().model == "tiny" ? "" : ": minutes for this model") + ")...");
+    say_reference_check(job, r.setup());
     const double err = relative_error_vs_reference(r);
     job.figure("relative_error_vs_single_rank", err, "", "||params - single-rank params|| / ||single-rank params||");
     if (err > 1e-5)
