@@ -99,18 +99,24 @@ void Watchdog::check_signal() const {
                      true);
 }
 
-std::optional<Failure> Watchdog::receive_notice() {
+std::optional<Watchdog::Message> Watchdog::receive(int tag) {
   int arrived = 0;
   MPI_Status status;
-  MPI_Iprobe(MPI_ANY_SOURCE, kNoticeTag, control_, &arrived, &status);
+  MPI_Iprobe(MPI_ANY_SOURCE, tag, control_, &arrived, &status);
   if (!arrived) return std::nullopt;
   int len = 0;
   MPI_Get_count(&status, MPI_CHAR, &len);
-  std::string text(static_cast<size_t>(len), '\0');
-  MPI_Recv(text.data(), len, MPI_CHAR, status.MPI_SOURCE, kNoticeTag, control_, MPI_STATUS_IGNORE);
-  const json j = json::parse(text, nullptr, false);
-  if (!j.is_object()) return Failure{status.MPI_SOURCE, "error", text};
-  return Failure{j.value("rank", status.MPI_SOURCE), j.value("kind", "error"), j.value("reason", "")};
+  Message m{status.MPI_SOURCE, std::string(static_cast<size_t>(len), '\0')};
+  MPI_Recv(m.text.data(), len, MPI_CHAR, m.source, tag, control_, MPI_STATUS_IGNORE);
+  return m;
+}
+
+std::optional<Failure> Watchdog::receive_notice() {
+  const std::optional<Message> m = receive(kNoticeTag);
+  if (!m) return std::nullopt;
+  const json j = json::parse(m->text, nullptr, false);
+  if (!j.is_object()) return Failure{m->source, "error", m->text};
+  return Failure{j.value("rank", m->source), j.value("kind", "error"), j.value("reason", "")};
 }
 
 void Watchdog::timed_out(const std::string& what, double waited_s) {

@@ -120,6 +120,12 @@ class Watchdog {
   MPI_Comm control() const { return control_; }
   // Polls until the requests complete or `seconds` pass; true when they completed.
   bool wait_for(MPI_Request* requests, int n, double seconds);
+  // A message with `tag` that has arrived on the control channel (from any rank), if one has.
+  struct Message {
+    int source;
+    std::string text;
+  };
+  std::optional<Message> receive(int tag);
 
   // A SIGTERM or SIGINT handler sets this; the next wait throws ("terminated").
   static std::atomic<int> signal_received;

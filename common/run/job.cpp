@@ -481,8 +481,7 @@ void Job::fail(const Failure& failure, bool origin) {
 
   // What this rank has: its flight record and its trace so far, marked incomplete.
   const fs::path dir = run_dir();
-  json seen = failure.to_json();
-  if (origin) seen["reason"] = failure.reason;
+  const json seen = failure.to_json();
   json record = {{"rank", rank_}, {"failure", seen}, {"origin", origin}, {"waiting_in", w.last_wait()},
                  {"flight", w.flight().to_json()}};
   try {
@@ -519,18 +518,10 @@ void Job::fail(const Failure& failure, bool origin) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(kWrapUpSeconds);
   while (!terminating && w.running() && static_cast<int>(reports.size()) < world_size_ &&
          std::chrono::steady_clock::now() < deadline) {
-    int arrived = 0;
-    MPI_Status status;
-    MPI_Iprobe(MPI_ANY_SOURCE, kReportTag, w.control(), &arrived, &status);
-    if (!arrived) {
+    if (const auto m = w.receive(kReportTag))
+      reports[m->source] = json::parse(m->text, nullptr, false);
+    else
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      continue;
-    }
-    int len = 0;
-    MPI_Get_count(&status, MPI_CHAR, &len);
-    std::string text(static_cast<size_t>(len), '\0');
-    MPI_Recv(text.data(), len, MPI_CHAR, status.MPI_SOURCE, kReportTag, w.control(), MPI_STATUS_IGNORE);
-    reports[status.MPI_SOURCE] = json::parse(text, nullptr, false);
   }
 
   bool timed_out = false;
