@@ -244,8 +244,8 @@ def scenario_compare(v, run_dir, other_dir):
     # The run is other_dir (naive DDP), compared against run_dir (bucketed), as in chapter 03.
     st = v.replay("", [other_dir], ["--compare", run_dir])
     check(len(st["runs"]) == 2 and st["panel"] == "Compare", f"two runs, the Compare tab shown: {st['panel']}")
-    check(st["align_step"] == 1, "aligned at step 1 by default")
-    a, b = step_start(other_dir, 1), step_start(run_dir, 1)
+    check(st["align_step"] == 2, "aligned at step 2 (the first after warm-up) by default")
+    a, b = step_start(other_dir, 2), step_start(run_dir, 2)
     shifted = b + st["runs"][1]["offset_us"]
     check(close(shifted, a + st["runs"][0]["offset_us"], 1e-6),
           f"step 1 starts together: {a:.3f} us and {b:.3f} + offset = {shifted:.3f} us")

@@ -279,7 +279,7 @@ Job::Step::~Step() {
   Device& d = job_.device();
   d.synchronize();
   const int64_t end = d.now_ns();
-  d.trace().step(static_cast<int>(n_), start_ns_, end - start_ns_);
+  d.trace().step(static_cast<int>(n_ + 1), start_ns_, end - start_ns_);
   if (has_loss_) {
     double sum = loss_;
     MPI_Request request;

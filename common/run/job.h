@@ -76,6 +76,9 @@ class Job {
   // One training step: a ProfilerStep#N annotation on the CPU lane. It ends with a device
   // synchronize (as reading the loss with .item() does), so each step's device work lies
   // inside its window; rank 0 then prints a progress line.
+  // Steps count from 1 wherever a user reads them: `n` is the loop's index from 0, and step
+  // n + 1 is what the progress line ("step 1/5"), the trace (ProfilerStep#1), summary.json and
+  // the viewer call it.
   class Step {
    public:
     // `total` (default: --steps) is only for the progress line: "step n+1/total". A chapter

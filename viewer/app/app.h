@@ -94,7 +94,7 @@ struct AppState {
   char search[128] = "";
   std::vector<std::vector<bool>> name_matches;  // [run][interned name], rebuilt when search changes
   size_t match_count = 0;                        // slices whose name matches, over every run
-  int align_step = 1;  // compare: the step both runs are aligned at
+  int align_step = 2;  // compare: the step both runs are aligned at (the first after warm-up)
   int panel_tab = -1;  // a bottom panel to bring to the front (-1: leave as is)
   int shown_tab = -1;  // the bottom panel the last frame showed
 
