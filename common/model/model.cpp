@@ -264,9 +264,17 @@ void GPT::forward_head(Stream& s) {
   ops::layernorm_forward(dev_, s, a.lnf, a.meanf, a.rstdf, x, w(p), w(p + 1));
   a.logits = act({B_, T_, cfg_.vocab}, "logits", s);
   ops::matmul_forward(dev_, s, a.logits.view(0, {N, cfg_.vocab}), a.lnf, w(0), Tensor{});  // tied to wte
-  if (a.losses.defined()) release(a.losses);  // kept from the last step for mean_loss
-  a.losses = act({B_, T_}, "losses", s);
-  ops::crossentropy_forward(dev_, s, a.losses, a.logits, targets_);
+  // The losses add up until mean_loss reads them: one micro-batch's directly, a later one's
+  // through a temporary (one more small kernel per micro-batch).
+  if (heads_since_loss_++ == 0) {
+    a.losses = act({B_, T_}, "losses", s);
+    ops::crossentropy_forward(dev_, s, a.losses, a.logits, targets_);
+  } else {
+    Tensor losses = act({B_, T_}, "losses (micro-batch)", s);
+    ops::crossentropy_forward(dev_, s, losses, a.logits, targets_);
+    ops::add_(dev_, s, a.losses, losses);
+    release(losses);
+  }
 }
 
 void GPT::backward_head(Stream& s) {
@@ -330,17 +338,22 @@ void GPT::backward_embeddings(Stream& s) {
 }
 
 double GPT::mean_loss(Stream& s) {
-  const Tensor& losses = acts_.back()->losses;
+  Tensor& losses = acts_.back()->losses;
   if (!losses.defined()) throw std::logic_error("GPT::mean_loss: run the head's forward first");
-  if (!dev_.computes()) return std::nan("");
-  Tensor host = dev_.host_empty(losses.shape, DType::f32, "losses (host)");
-  dev_.memcpy(s, host, losses);
-  dev_.synchronize(s);
-  double sum = 0;
-  const int64_t n = host.numel();
-  for (int64_t i = 0; i < n; ++i) sum += host.f32()[i];
-  dev_.host_free(host);
-  return sum / static_cast<double>(n);
+  double mean = std::nan("");
+  if (dev_.computes()) {
+    Tensor host = dev_.host_empty(losses.shape, DType::f32, "losses (host)");
+    dev_.memcpy(s, host, losses);
+    dev_.synchronize(s);
+    double sum = 0;
+    const int64_t n = host.numel();
+    for (int64_t i = 0; i < n; ++i) sum += host.f32()[i];
+    dev_.host_free(host);
+    mean = sum / static_cast<double>(n * heads_since_loss_);
+  }
+  release(losses);
+  heads_since_loss_ = 0;
+  return mean;
 }
 
 }  // namespace shardlab

@@ -100,8 +100,9 @@ class GPT {
 
   void forward(int unit, Stream& s);
   void backward(int unit, Stream& s);
-  // The mean loss of the last forward of the head (kept until the next one), copied to the
-  // host: a host sync, like loss.item(). NaN under --compute skip.
+  // The mean loss over every forward of the head since the last call (the micro-batches of a
+  // step under gradient accumulation; their per-position losses add up on the device), copied
+  // to the host: a host sync, like loss.item(). NaN under --compute skip.
   double mean_loss(Stream& s);
 
  private:
@@ -120,6 +121,7 @@ class GPT {
   Device& dev_;
   GPTConfig cfg_;
   int64_t B_, T_;
+  int64_t heads_since_loss_ = 0;  // forwards of the head summed into the losses since mean_loss
   std::vector<ParamInfo> params_;
   std::vector<std::vector<int>> unit_params_;
   std::vector<Tensor> weights_, grads_;
