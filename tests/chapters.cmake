@@ -150,6 +150,13 @@ shardlab_readme_test(ch02 shardlab_ch02 02_naive_ddp)
 shardlab_readme_test(ch03 shardlab_ch03 03_bucketed_ddp)
 shardlab_readme_test(ch04 shardlab_ch04 04_fsdp)
 
+# The local rank (on a GPU: which GPU a rank takes) comes from Open MPI's or Slurm's variable, else
+# from MPI; Slurm's is set by hand under mpirun here (tests/check_local_rank.py).
+add_test(NAME "harness: each rank's local rank comes from OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or MPI, and is recorded"
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_local_rank.py --mpirun "${MPIRUN_SH}"
+                 --bin $<TARGET_FILE:shardlab_ch00> --out ${RUNS})
+set_tests_properties("harness: each rank's local rank comes from OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or MPI, and is recorded" PROPERTIES TIMEOUT 120 PROCESSORS 2)
+
 add_executable(fail_one_rank fail_one_rank.cpp)
 target_link_libraries(fail_one_rank PRIVATE shardlab_common shardlab_warnings)
 add_test(NAME "harness: a rank that throws brings the whole job down with its message"

@@ -143,24 +143,42 @@ std::string format_figure(double v, const std::string& unit) {
 }
 
 // Where this rank sits on its node: its local rank as the launcher says (Open MPI:
-// OMPI_COMM_WORLD_LOCAL_RANK, Slurm: SLURM_LOCALID), else as MPI finds it, and how many ranks
-// share the node. Collective over MPI_COMM_WORLD.
+// OMPI_COMM_WORLD_LOCAL_RANK, Slurm's srun: SLURM_LOCALID), else its place among the ranks MPI
+// finds sharing the node's memory, and how many ranks share the node. Collective over
+// MPI_COMM_WORLD. Each rank's summary.json entry records it ("placement").
 struct NodePlacement {
   int local_rank = 0, local_size = 1;
+  std::string local_rank_from = "MPI_COMM_TYPE_SHARED", host;
 };
 
-NodePlacement node_placement() {
+NodePlacement node_placement(int rank) {
   MPI_Comm node = MPI_COMM_NULL;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
   NodePlacement p;
   MPI_Comm_rank(node, &p.local_rank);
   MPI_Comm_size(node, &p.local_size);
   MPI_Comm_free(&node);
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"})
-    if (const char* v = std::getenv(var)) {
-      p.local_rank = std::atoi(v);
+  char host[MPI_MAX_PROCESSOR_NAME];
+  int len = 0;
+  MPI_Get_processor_name(host, &len);
+  p.host.assign(host, static_cast<size_t>(len));
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
+    const char* v = std::getenv(var);
+    if (!v) continue;
+    // Only this rank may see a bad value, so it warns and goes on rather than leaving the
+    // others waiting in the next collective.
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < 0 || n > INT32_MAX) {
+      std::cerr << "rank " << rank << ": warning: " << var << "='" << v
+                << "' is not a local rank (a whole number from 0); using the place MPI finds: " << p.local_rank
+                << std::endl;
       break;
     }
+    p.local_rank = static_cast<int>(n);
+    p.local_rank_from = var;
+    break;
+  }
   return p;
 }
 
@@ -223,9 +241,14 @@ std::string human_bytes(double bytes) {
   return buf;
 }
 
-Job::Job(const ChapterInfo& info, const CommonFlags& flags, json config, std::unique_ptr<Device> device,
+Job::Job(const ChapterInfo& info, const CommonFlags& flags, json config, json placement, std::unique_ptr<Device> device,
          std::unique_ptr<Comm> world)
-    : info_(info), flags_(flags), config_(std::move(config)), device_(std::move(device)), world_(std::move(world)) {
+    : info_(info),
+      flags_(flags),
+      config_(std::move(config)),
+      placement_(std::move(placement)),
+      device_(std::move(device)),
+      world_(std::move(world)) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
 }
@@ -317,7 +340,7 @@ json Job::other_data() const {
 json Job::rank_report() const {
   Device& d = *device_;
   const RankTimeline& tl = d.trace().timeline();
-  json mine = {{"rank", rank_}, {"steps", json::array()}, {"collectives", json::array()},
+  json mine = {{"rank", rank_}, {"placement", placement_}, {"steps", json::array()}, {"collectives", json::array()},
                {"races", d.race_reports()}, {"trace_events", d.trace().event_count()},
                {"peak_allocated_bytes", d.allocator().peak_allocated()},
                {"peak_reserved_bytes", d.allocator().peak_reserved()}};
@@ -628,9 +651,9 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
     std::signal(SIGINT, shardlab_on_signal);
     const ComputeMode mode = common.compute == "skip" ? ComputeMode::skip : ComputeMode::real;
     std::string device = common.device;
-    // Where this rank sits on its node matters only where there are GPUs (a collective call).
+    // Where this rank sits on its node: which GPU it takes, and a record in summary.json.
     const int gpus = cuda_device_count();
-    const NodePlacement node = gpus > 0 ? node_placement() : NodePlacement{};
+    const NodePlacement node = node_placement(rank);
     if (device == "auto") device = auto_device(common, gpus, node, rank);
     if (common.comm == "auto") common.comm = device == "cuda" ? "nccl" : "mpi";
     Profile profile = load_profile(common.profile);
@@ -677,7 +700,12 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
       dev = std::make_unique<SimDevice>(std::move(profile), mode, rank, size);
       world = MpiComm::world(*dev, common.debug_collectives);
     }
-    job = std::make_unique<Job>(info, common, flags.values(), std::move(dev), std::move(world));
+    // The host's name only on a GPU: a sim run writes the same bytes on every machine.
+    json placement = {{"local_rank", node.local_rank},
+                      {"local_rank_from", node.local_rank_from},
+                      {"ranks_on_node", node.local_size}};
+    if (device == "cuda") placement["host"] = node.host, placement["gpu"] = node.local_rank % gpus;
+    job = std::make_unique<Job>(info, common, flags.values(), std::move(placement), std::move(dev), std::move(world));
   } catch (const FlagError& e) {
     return config_error(std::string(e.what()) + "\n(run with --help for every flag)");
   } catch (const std::exception& e) {

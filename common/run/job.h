@@ -60,9 +60,11 @@ struct CommonFlags {
 
 class Job {
  public:
-  // `world` runs on `device`; the Job owns both (the communicator goes first).
-  Job(const ChapterInfo& info, const CommonFlags& flags, nlohmann::json config, std::unique_ptr<Device> device,
-      std::unique_ptr<Comm> world);
+  // `world` runs on `device`; the Job owns both (the communicator goes first). `placement`: where
+  // this rank runs (its local rank on the node and who said so; on a GPU also the host and GPU),
+  // recorded in its summary.json entry.
+  Job(const ChapterInfo& info, const CommonFlags& flags, nlohmann::json config, nlohmann::json placement,
+      std::unique_ptr<Device> device, std::unique_ptr<Comm> world);
   ~Job();
 
   int rank() const { return rank_; }
@@ -146,6 +148,7 @@ class Job {
   ChapterInfo info_;
   CommonFlags flags_;
   nlohmann::json config_;
+  nlohmann::json placement_;
   int rank_ = 0, world_size_ = 1;
   std::unique_ptr<Device> device_;
   std::unique_ptr<Comm> world_;
