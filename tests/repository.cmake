@@ -2,3 +2,7 @@
 # (tests/check_no_outside_refs.py says what it looks for).
 add_test(NAME "repository: cites no file outside the repository"
          COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_no_outside_refs.py ${PROJECT_SOURCE_DIR})
+# Every relative link in the Markdown files (chapters to the glossary, to sources, to pictures)
+# leads to a file that exists and, with a #fragment, to a heading or anchor in it.
+add_test(NAME "repository: every relative Markdown link leads to a file and anchor that exist"
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_links.py ${PROJECT_SOURCE_DIR})
