@@ -83,6 +83,12 @@ foreach(ch 02 03 04)
   add_test(NAME "${name}" COMMAND sh -c "run() { ${run}; } && ${runs}")
   set_tests_properties("${name}" PROPERTIES TIMEOUT 180 PROCESSORS 3)
 endforeach()
+# The chapters check the collectives of their last step: with --steps 1 that is step 1.
+foreach(ch 02 03 04)
+  add_test(NAME "ch${ch}: a one-step run passes its own checks"
+           COMMAND ${MPIRUN} -np 2 $<TARGET_FILE:shardlab_ch${ch}> --steps 1 --trace-dir ${RUNS} --run-name one_step_ch${ch})
+  set_tests_properties("ch${ch}: a one-step run passes its own checks" PROPERTIES TIMEOUT 60 PROCESSORS 2)
+endforeach()
 add_test(NAME "ch02: --grad-accum counts in the global batch's divisibility"
          COMMAND ${EXPECT_EXIT} 2 "error: --global-batch: got '12'; allowed: a multiple of 3 ranks x 3 micro-batch\\(es\\) = 9" --not "step 1/"
                  -- ${MPIRUN} -np 3 $<TARGET_FILE:shardlab_ch02> --grad-accum 3)

@@ -260,7 +260,7 @@ inline void check_training(Job& job, Replica& r, int expected, const std::string
     if (err > 1e-5)
       throw std::runtime_error("parameters differ from single-rank training: relative error " + std::to_string(err));
   }
-  const int allreduces = allreduces_in_step(dev, job.steps() - 1);
+  const int allreduces = allreduces_in_step(dev, job.steps());  // the last step (steps count from 1)
   job.figure("allreduces_per_step", allreduces, "", "from the trace: one per " + what);
   if (allreduces != expected)
     throw std::logic_error("expected one all-reduce per " + what + " (" + std::to_string(expected) +

@@ -122,7 +122,7 @@ void lesson(Job& job) {
   //    once; every unit reduce-scatters once. (World 1: NO_SHARD, none at all.)
   int gathers = 0, scatters = 0;
   for (const auto& c : collective_metrics(dev.trace().timeline()))
-    if (c.step == job.steps() - 1) gathers += c.name == "allgather", scatters += c.name == "reduce_scatter";
+    if (c.step == job.steps()) gathers += c.name == "allgather", scatters += c.name == "reduce_scatter";
   const int expect_gathers = job.world_size() == 1 ? 0 : (full_shard ? 2 : 1) * L + 1;
   const int expect_scatters = job.world_size() == 1 ? 0 : L + 1;
   job.figure("allgathers_per_step", gathers, "", "from the trace");
