@@ -13,7 +13,9 @@
 // all of them.
 #pragma once
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <numeric>
 #include <optional>
@@ -220,17 +222,27 @@ inline double broadcast_parameters(Job& job, Replica& r) {
   return worst;
 }
 
-// Before the single-rank reference runs: it trains on the CPU, minutes for a large model, so
-// the run says what it is doing rather than fall silent.
-inline void say_reference_check(Job& job, const TrainSetup& setup) {
+// The numerics check of every training chapter: this rank's parameters after training (`params`,
+// in the model's natural order) against one rank training on the whole global batch. Records
+// ||p - p_ref|| / ||p_ref|| (norm-wise relative error) and fails the run above 1e-5. The
+// reference trains on the CPU, minutes for a large model, so the run says what it is doing and,
+// beyond `tiny`, prints a line per step rather than fall silent.
+inline void check_against_reference(Job& job, const TrainSetup& setup, const std::vector<float>& params) {
+  const bool long_run = setup.model != "tiny";
   job.say("checking against single-rank training on the global batch (on the CPU, " + std::to_string(setup.steps) +
-          " step(s)" + (setup.model == "tiny" ? "" : ": minutes for this model") + ")...");
-}
-
-// The numerics check: every rank's parameters after training against one rank training on the
-// whole global batch. Returns ||p - p_ref|| / ||p_ref|| (norm-wise relative error).
-inline double relative_error_vs_reference(Replica& r) {
-  return relative_error(r.gather_params(), train_reference(r.setup()).params);
+          " step(s)" + (long_run ? ": minutes for this model" : "") + ")...");
+  const auto start = std::chrono::steady_clock::now();
+  const auto progress = [&](int64_t step) {
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    char line[96];
+    std::snprintf(line, sizeof line, "  single-rank step %lld/%lld done (%.0f s)", static_cast<long long>(step),
+                  static_cast<long long>(setup.steps), took.count());
+    job.say(line);
+  };
+  const ReferenceRun reference = long_run ? train_reference(setup, progress) : train_reference(setup);
+  const double err = relative_error(params, reference.params);
+  job.figure("relative_error_vs_single_rank", err, "", "||params - single-rank params|| / ||single-rank params||");
+  if (err > 1e-5) throw std::runtime_error("parameters differ from single-rank training: relative error " + std::to_string(err));
 }
 
 // How many all-reduces the trace shows in step `step` (the lesson's claim, checked).
@@ -253,13 +265,7 @@ inline void start_training(Job& job, Replica& r) {
 // per `what`). Either failing ends the run with an error.
 inline void check_training(Job& job, Replica& r, int expected, const std::string& what) {
   Device& dev = job.device();
-  if (dev.computes() && r.setup().check_reference) {
-    say_reference_check(job, r.setup());
-    const double err = relative_error_vs_reference(r);
-    job.figure("relative_error_vs_single_rank", err, "", "||params - single-rank params|| / ||single-rank params||");
-    if (err > 1e-5)
-      throw std::runtime_error("parameters differ from single-rank training: relative error " + std::to_string(err));
-  }
+  if (dev.computes() && r.setup().check_reference) check_against_reference(job, r.setup(), r.gather_params());
   const int allreduces = allreduces_in_step(dev, job.steps());  // the last step (steps count from 1)
   job.figure("allreduces_per_step", allreduces, "", "from the trace: one per " + what);
   if (allreduces != expected)

@@ -145,12 +145,9 @@ void lesson(Job& job) {
 
   // 7. The proof: gathered, the shards equal single-rank training on the global batch.
   if (dev.computes() && setup.check_reference) {
-    ch02::say_reference_check(job, setup);
     std::vector<float> natural(static_cast<size_t>(gpt_num_params(model.config())));
     for (int u = 0; u <= L; ++u) place_params(model.params(), unit(u).params(), unit(u).gather(compute).data(), natural);
-    const double err = relative_error(natural, train_reference(setup).params);
-    job.figure("relative_error_vs_single_rank", err, "", "||params - single-rank params|| / ||single-rank params||");
-    if (err > 1e-5) throw std::runtime_error("parameters differ from single-rank training: relative error " + std::to_string(err));
+    ch02::check_against_reference(job, setup, natural);
   }
 }
 

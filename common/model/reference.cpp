@@ -11,7 +11,7 @@
 
 namespace shardlab {
 
-ReferenceRun train_reference(const TrainSetup& setup) {
+ReferenceRun train_reference(const TrainSetup& setup, const std::function<void(int64_t)>& after_step) {
   const GPTConfig cfg = GPTConfig::preset(setup.model);
   SimDevice dev(load_profile("h100-8"), ComputeMode::real, 0, 1);
   Stream& s = dev.compute_stream();
@@ -44,6 +44,7 @@ ReferenceRun train_reference(const TrainSetup& setup) {
     for (int u = model.units() - 1; u >= 0; --u) model.backward(u, s);
     ops::adamw(dev, s, params, grads, m, v, step + 1, setup.adamw);
     run.losses.push_back(model.mean_loss(s));
+    if (after_step) after_step(step + 1);
   }
   run.params.resize(static_cast<size_t>(n));
   copy_to_host(dev, s, run.params.data(), params);

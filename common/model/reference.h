@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,7 +31,9 @@ struct ReferenceRun {
   double loss_floor = 0;        // the data's entropy rate (nats per token)
 };
 
-ReferenceRun train_reference(const TrainSetup& setup);
+// `after_step(k)`, if given, is called after step k (counted from 1): for progress lines, since a
+// large model trains for minutes on the CPU.
+ReferenceRun train_reference(const TrainSetup& setup, const std::function<void(int64_t)>& after_step = {});
 
 // ||params - reference|| / ||reference||: the norm-wise relative error chapters report. (Float
 // sums in another order differ in the last bits, and AdamW's division by tiny second moments
