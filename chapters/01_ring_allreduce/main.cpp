@@ -156,20 +156,25 @@ void sweep(Job& job, Comm& comm, Stream& s) {
               " (LL: less latency per step, " + std::to_string(static_cast<int>(link.ll_bw_fraction * 100 + 0.5)) +
               "% of the bandwidth)");
 
-  // Headline figures: the largest message (bandwidth bound) and the smallest (latency bound).
+  // Headline figures: the largest message (bandwidth bound) and the smallest (latency bound, at
+  // the default sizes); a sweep of one size has only the first.
   const auto find = [&](const char* variant, int64_t bytes, const char* key) {
     for (const auto& r : rows)
       if (r["variant"] == variant && r["bytes"] == bytes) return r[key].get<double>();
     return 0.0;
   };
   const int64_t big = sizes.back(), small = sizes.front();
-  job.say("\nfigures (" + human_bytes(static_cast<double>(big)) + " and " + std::to_string(small) + " B messages):");
+  job.say("\nfigures (" + (big == small ? human_bytes(static_cast<double>(big)) + " messages):"
+                                         : "the largest message, " + human_bytes(static_cast<double>(big)) +
+                                               ", and the smallest, " + std::to_string(small) + " B):"));
   for (const char* v : {"ring", "naive", "library", "model"})
     job.figure(std::string(v) + "_busbw_GBps", find(v, big, "busbw_GBps"), "GB/s",
                std::string(v) + ": bus bandwidth at " + human_bytes(static_cast<double>(big)));
-  for (const char* v : {"ring", "naive", "library", "model"})
-    job.figure(std::string(v) + "_small_us", find(v, small, "time_us"), "us",
-               std::string(v) + ": time of a " + std::to_string(small) + " B all-reduce (latency)");
+  if (small < big)
+    for (const char* v : {"ring", "naive", "library", "model"})
+      job.figure(std::string(v) + "_small_us", find(v, small, "time_us"), "us",
+                 std::string(v) + ": time of the " + std::to_string(small) + " B all-reduce" +
+                     (small <= 4096 ? " (all latency)" : ""));
   job.figure("link_busbw_GBps", link.busbw_GBps, "GB/s", "the profile's bus bandwidth for this group (" + link.name + ")");
   dev.free(scratch);
   dev.free(buf);
