@@ -25,9 +25,8 @@
 #include <string>
 
 #include "02_naive_ddp/data_parallel.h"
+#include "04_fsdp/checks.h"
 #include "04_fsdp/flat_param.h"
-#include "04_fsdp/memory.h"
-#include "trace/metrics.h"
 #include "run/train_flags.h"
 
 using namespace shardlab;
@@ -117,38 +116,18 @@ void lesson(Job& job) {
     s.set_tokens(batch.tokens_per_step());
   }
 
-  // 5. The collectives of the last step, from the trace: per non-root unit FULL_SHARD gathers
-  //    twice (forward, backward) and SHARD_GRAD_OP once; the root, never freed after forward,
-  //    once; every unit reduce-scatters once. (World 1: NO_SHARD, none at all.)
-  int gathers = 0, scatters = 0;
-  for (const auto& c : collective_metrics(dev.trace().timeline()))
-    if (c.step == job.steps()) gathers += c.name == "allgather", scatters += c.name == "reduce_scatter";
-  const int expect_gathers = job.world_size() == 1 ? 0 : (full_shard ? 2 : 1) * L + 1;
-  const int expect_scatters = job.world_size() == 1 ? 0 : L + 1;
-  job.figure("allgathers_per_step", gathers, "", "from the trace");
-  job.figure("reduce_scatters_per_step", scatters, "", "from the trace");
-  if (gathers != expect_gathers || scatters != expect_scatters)
-    throw std::logic_error("expected " + std::to_string(expect_gathers) + " all-gathers and " +
-                           std::to_string(expect_scatters) + " reduce-scatters per step, the trace shows " +
-                           std::to_string(gathers) + " and " + std::to_string(scatters));
+  // 5. The collectives of the last step, from the trace: per block FULL_SHARD gathers twice
+  //    (forward, backward) and SHARD_GRAD_OP once; the root, never freed after forward, once;
+  //    every unit reduce-scatters once (checks.h).
+  ch04::check_collective_counts(job, L, full_shard);
 
-  // 6. Memory: the peak of a step, measured by the caching allocator, against the formula. In
-  //    MiB, which reads well from the tiny model (about 1.6 MiB) to gpt2-small (about 1700).
-  const ch04::MemoryFormula f = ch04::fsdp_peak_memory(model.config(), batch.rows(), setup.T, job.world_size(), full_shard);
-  const auto MiB = [](auto bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
-  job.figure("peak_allocated_MiB", MiB(dev.allocator().peak_allocated()), "MiB", "measured, rank 0, last step");
-  job.figure("peak_reserved_MiB", MiB(dev.allocator().peak_reserved()), "MiB", "measured: segments the allocator holds");
-  job.figure("formula_MiB", MiB(f.total()), "MiB", "sharded state + unsharded at the peak + activations");
-  job.figure("formula_sharded_state_MiB", MiB(f.sharded_state), "MiB", "parameters, gradients, AdamW m and v: 1/W each");
-  job.figure("formula_unsharded_MiB", MiB(f.unsharded), "MiB", "gathered parameters and gradients in flight at the peak");
-  job.figure("formula_activations_MiB", MiB(f.activations), "MiB", "saved activations + the head's backward");
+  // 6. Memory: the peak of a step, measured by the caching allocator, against the formula.
+  ch04::report_memory(job, ch04::fsdp_peak_memory(model.config(), batch.rows(), setup.T, job.world_size(), full_shard));
 
   // 7. The proof: gathered, the shards equal single-rank training on the global batch.
-  if (dev.computes() && setup.check_reference) {
-    std::vector<float> natural(static_cast<size_t>(gpt_num_params(model.config())));
-    for (int u = 0; u <= L; ++u) place_params(model.params(), unit(u).params(), unit(u).gather(compute).data(), natural);
-    ch02::check_against_reference(job, setup, natural);
-  }
+  std::vector<ch04::FlatParam*> units;
+  for (int u = 0; u <= L; ++u) units.push_back(&unit(u));
+  ch04::check_against_reference(job, setup, model, units);
 }
 
 }  // namespace

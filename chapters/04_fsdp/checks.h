@@ -1,0 +1,60 @@
+// checks.h: what every FSDP chapter proves at the end of a run (chapters 04 to 07).
+//
+//   collectives  the trace's all-gathers and reduce-scatters of the last step, counted against
+//                what the sharding strategy must issue: per block FULL_SHARD gathers twice
+//                (forward, backward) and SHARD_GRAD_OP once; the root, never freed after
+//                forward, once; every unit reduce-scatters once (world 1: NO_SHARD, none).
+//                Prefetching moves collectives; it must never add or drop one.
+//   numerics     the shards, gathered, equal single-rank training on the global batch.
+//   memory       the step's peak, measured by the caching allocator, against the formula, in
+//                MiB (which reads well from the tiny model's 1.6 to gpt2-small's 1700).
+#pragma once
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "02_naive_ddp/data_parallel.h"
+#include "04_fsdp/flat_param.h"
+#include "04_fsdp/memory.h"
+#include "trace/metrics.h"
+
+namespace ch04 {
+
+inline void check_collective_counts(Job& job, int blocks, bool full_shard) {
+  int gathers = 0, scatters = 0;
+  for (const auto& c : collective_metrics(job.device().trace().timeline()))
+    if (c.step == job.steps()) gathers += c.name == "allgather", scatters += c.name == "reduce_scatter";
+  const int expect_gathers = job.world_size() == 1 ? 0 : (full_shard ? 2 : 1) * blocks + 1;
+  const int expect_scatters = job.world_size() == 1 ? 0 : blocks + 1;
+  job.figure("allgathers_per_step", gathers, "", "from the trace");
+  job.figure("reduce_scatters_per_step", scatters, "", "from the trace");
+  if (gathers != expect_gathers || scatters != expect_scatters)
+    throw std::logic_error("expected " + std::to_string(expect_gathers) + " all-gathers and " +
+                           std::to_string(expect_scatters) + " reduce-scatters per step, the trace shows " +
+                           std::to_string(gathers) + " and " + std::to_string(scatters));
+}
+
+// `units`: every FlatParam; together they hold each parameter once.
+inline void check_against_reference(Job& job, const TrainSetup& setup, const GPT& model,
+                                    const std::vector<FlatParam*>& units) {
+  if (!job.device().computes() || !setup.check_reference) return;
+  std::vector<float> natural(static_cast<size_t>(gpt_num_params(model.config())));
+  for (FlatParam* u : units)
+    place_params(model.params(), u->params(), u->gather(job.device().compute_stream()).data(), natural);
+  ch02::check_against_reference(job, setup, natural);
+}
+
+inline void report_memory(Job& job, const MemoryFormula& f) {
+  Device& dev = job.device();
+  const auto MiB = [](auto bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
+  job.figure("peak_allocated_MiB", MiB(dev.allocator().peak_allocated()), "MiB", "measured, rank 0, last step");
+  job.figure("peak_reserved_MiB", MiB(dev.allocator().peak_reserved()), "MiB", "measured: segments the allocator holds");
+  job.figure("formula_MiB", MiB(f.total()), "MiB", "sharded state + unsharded at the peak + activations");
+  job.figure("formula_sharded_state_MiB", MiB(f.sharded_state), "MiB", "parameters, gradients, AdamW m and v: 1/W each");
+  job.figure("formula_unsharded_MiB", MiB(f.unsharded), "MiB", "gathered parameters and gradients in flight at the peak");
+  job.figure("formula_activations_MiB", MiB(f.activations), "MiB", "saved activations + the head's backward");
+}
+
+}  // namespace ch04

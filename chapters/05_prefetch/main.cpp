@@ -1,0 +1,156 @@
+// Chapter 05: prefetching, and FSDP as PyTorch runs it: from hooks.
+//
+//   cmake --preset default && cmake --build --preset default
+//   mpirun -np 4 build/chapters/shardlab_ch05                              # tiny GPT: trains, checks itself
+//   mpirun -np 4 build/chapters/shardlab_ch05 --backward-prefetch none     # chapter 04's schedule
+//   mpirun -np 8 build/chapters/shardlab_ch05 --model gpt2-small --global-batch 8 --seq-len 1024 --compute skip
+//
+// Chapter 04's FULL_SHARD backward left every all-gather exposed: unit u-1's all-gather was
+// issued after unit u's reduce-scatter, on the same communicator, which runs its operations in
+// the order they were issued. Prefetching issues it earlier:
+//
+//   --backward-prefetch pre   (BACKWARD_PRE, PyTorch's default) in unit u's pre-backward hook,
+//                             before u's backward kernels are even issued
+//   --backward-prefetch post  (BACKWARD_POST) in u's post-backward hook, after u's parameters
+//                             are freed and before u's reduce-scatter
+//   --backward-prefetch none  in u-1's own pre-backward hook, as chapter 04 did
+//   --forward-prefetch        in forward, unit u+1's all-gather right after unit u's (from the
+//                             second step: the order is recorded in the first)
+//
+// The step is chapter 04's, driven by the hooks of fsdp_runtime.h as PyTorch's autograd and
+// module calls drive FSDP1's.
+
+#include <memory>
+#include <string>
+
+#include "02_naive_ddp/data_parallel.h"
+#include "04_fsdp/checks.h"
+#include "05_prefetch/fsdp_runtime.h"
+#include "05_prefetch/memory.h"
+#include "run/train_flags.h"
+#include "trace/metrics.h"
+
+using namespace shardlab;
+
+namespace {
+
+TrainFlags train;
+std::string sharding = "full";
+std::string backward_prefetch = "pre";
+bool forward_prefetch = false;
+
+void add_flags(Flags& f) {
+  add_train_flags(f, train);
+  f.add_choice("sharding", &sharding, {"full", "grad-op"},
+               "full: FULL_SHARD (reshard after forward); grad-op: SHARD_GRAD_OP (keep parameters until backward ends)");
+  f.add_choice("backward-prefetch", &backward_prefetch, {"pre", "post", "none"},
+               "when backward issues the next unit's all-gather: pre (BACKWARD_PRE, before this unit's backward), "
+               "post (BACKWARD_POST, after it), none (in the next unit's own hook)");
+  f.add_bool("forward-prefetch", &forward_prefetch, "issue the next unit's all-gather right after this unit's in forward");
+}
+
+ch05::BackwardPrefetch parse_backward_prefetch(const std::string& s) {
+  return s == "pre" ? ch05::BackwardPrefetch::pre : s == "post" ? ch05::BackwardPrefetch::post : ch05::BackwardPrefetch::none;
+}
+
+void lesson(Job& job) {
+  Device& dev = job.device();
+  const ch05::FsdpOptions options{sharding == "full", parse_backward_prefetch(backward_prefetch), forward_prefetch};
+  const std::string strategy = std::string(options.full_shard ? "FSDP FULL_SHARD" : "FSDP SHARD_GRAD_OP") + ", " +
+                               ch05::to_string(options.backward_prefetch) + (forward_prefetch ? ", forward_prefetch" : "");
+  job.set_strategy(strategy);
+  Stream& compute = dev.compute_stream();
+
+  const TrainSetup setup = train_setup(train, job.steps(), job.flags().seed);
+  ch02::BatchShare batch(job, setup, 1);
+  GPT model(dev, GPTConfig::preset(setup.model), batch.rows(), setup.T);
+  const int L = static_cast<int>(model.config().layers);
+  const int embeddings = 0, head = L + 1;  // the model's units around the blocks 1..L
+
+  // 1. Chapter 04's FlatParams: unit 0 is the root (embeddings, final norm, tied head), unit l
+  //    the l-th block. The runtime owns them.
+  std::vector<int> root_params = model.params_of_unit(embeddings);
+  for (int i : model.params_of_unit(head)) root_params.push_back(i);
+  std::vector<std::unique_ptr<ch04::FlatParam>> flats;
+  flats.push_back(std::make_unique<ch04::FlatParam>(job, model, "root", root_params, setup.seed));
+  for (int l = 1; l <= L; ++l)
+    flats.push_back(std::make_unique<ch04::FlatParam>(job, model, "block" + std::to_string(l - 1), model.params_of_unit(l), setup.seed));
+  ch05::FsdpRuntime fsdp(job, std::move(flats), options);
+  const int root = 0;
+
+  job.say("model " + setup.model + ": " + std::to_string(gpt_num_params(model.config())) + " parameters in " +
+          std::to_string(fsdp.units()) + " FlatParams; " + strategy);
+  if (job.world_size() == 1) job.say("world size 1: nothing to shard, FSDP falls back to NO_SHARD (as PyTorch does)");
+  if (dev.computes()) job.say("loss floor (the data's entropy rate): " + std::to_string(batch.chain().entropy_rate()) + " nats\n");
+
+  Event step_start, forward_done;  // on the compute stream, in the last step
+  for (int64_t step = 0; step < job.steps(); ++step) {
+    Job::Step s(job, step);
+    step_start = dev.record(compute);
+    for (int u = 0; u < fsdp.units(); ++u) fsdp.flat(u).zero_grad(compute);
+    batch.load(model, step, 0);
+
+    // 2. Forward. The root's hooks wrap the whole model; each block's wrap the block.
+    fsdp.root_pre_forward();
+    fsdp.pre_forward(root);
+    model.forward(embeddings, compute);
+    for (int l = 1; l <= L; ++l) {
+      HostScope scope(dev, "forward block " + std::to_string(l - 1));
+      fsdp.pre_forward(l);
+      model.forward(l, compute);
+      fsdp.post_forward(l);
+    }
+    model.forward(head, compute);
+    fsdp.post_forward(root);
+    forward_done = dev.record(compute);
+
+    // 3. Backward, from the head. Autograd calls a unit's pre-backward hook when the gradient
+    //    reaches its output, and its post-backward hook when its parameters' gradients are
+    //    final: the root's only after the embeddings (the head shares their weight).
+    fsdp.pre_backward(root);
+    model.backward(head, compute);
+    for (int l = L; l >= 1; --l) {
+      HostScope scope(dev, "backward block " + std::to_string(l - 1));
+      fsdp.pre_backward(l);
+      model.backward(l, compute);
+      fsdp.post_backward(l);
+    }
+    model.backward(embeddings, compute);
+    fsdp.post_backward(root);
+    fsdp.end_of_backward();
+
+    // 4. AdamW on the local shards.
+    for (int u = 0; u < fsdp.units(); ++u) fsdp.flat(u).optimizer_step(compute, step, setup.adamw);
+    s.set_loss(model.mean_loss(compute));
+    s.set_tokens(batch.tokens_per_step());
+  }
+
+  // 5. Where the last step's communication was exposed: forward (from the step's start to the
+  //    end of the head's forward on the compute stream) and backward (the rest).
+  const RankTimeline& tl = dev.trace().timeline();
+  const StepWindow& last = tl.steps.back();
+  const double split = last.start_us + dev.elapsed_us(step_start, forward_done);  // the step ended in a sync
+  job.figure("step_ms", (last.end_us - last.start_us) / 1000.0, "ms", "the last step");
+  job.figure("forward_exposed_comm_ms", range_metrics(tl, last.start_us, split).exposed_comm_us / 1000.0, "ms",
+             "forward: communication with no compute under it");
+  job.figure("backward_exposed_comm_ms", range_metrics(tl, split, last.end_us).exposed_comm_us / 1000.0, "ms",
+             "backward and optimizer: the same");
+
+  // 6. Prefetching moves collectives; it never adds or drops one (checks.h).
+  ch04::check_collective_counts(job, L, options.full_shard);
+
+  // 7. Memory: BACKWARD_PRE holds one more unit's parameters at the peak (memory.h).
+  ch04::report_memory(job, ch05::fsdp_peak_memory(model.config(), batch.rows(), setup.T, job.world_size(), options));
+
+  // 8. Prefetching changes when, never what: the shards equal single-rank training.
+  std::vector<ch04::FlatParam*> units;
+  for (int u = 0; u < fsdp.units(); ++u) units.push_back(&fsdp.flat(u));
+  ch04::check_against_reference(job, setup, model, units);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return run_chapter(argc, argv, {"05_prefetch", "Prefetching: FSDP's hooks and when they issue all-gathers", 5},
+                     add_flags, lesson);
+}
