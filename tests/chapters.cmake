@@ -58,7 +58,7 @@ endfunction()
 
 shardlab_chapter_tests(ch00 shardlab_ch00 --steps 2)
 # The training chapters' configuration checks run before step 1: one message from rank 0, exit 2.
-foreach(ch 02 03 04)
+foreach(ch 02 03 04 05)
   add_test(NAME "ch${ch}: a global batch that does not divide among the ranks exits 2 before step 1"
            COMMAND ${EXPECT_EXIT} 2 "error: --global-batch: got '10'; allowed: a multiple of 4 ranks" --not "step 1/" --not "MPI_ABORT"
                    -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch${ch}> --global-batch 10)
@@ -71,12 +71,12 @@ endforeach()
 # The loss printed and recorded is the global batch's mean: the same at world 1 and 3.
 # Chapters 02 and 03 also split each rank's share into micro-batches (--grad-accum): the loss is
 # then the micro-batches' mean, not the last one's.
-foreach(ch 02 03 04)
+foreach(ch 02 03 04 05)
   set(check "${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_same_loss.py '${RUNS}/loss_ch${ch}_np1/summary.json'")
   set(run "${MPIRUN_SH} -np $1 $<TARGET_FILE:shardlab_ch${ch}> --trace-dir '${RUNS}' --run-name loss_ch${ch}_$2 $3 > /dev/null")
   set(name "ch${ch}: the loss is the global batch's, the same at world 1 and 3")
   set(runs "run 1 np1 && run 3 np3 && ${check} '${RUNS}/loss_ch${ch}_np3/summary.json'")
-  if(NOT ch STREQUAL "04")
+  if(ch STREQUAL "02" OR ch STREQUAL "03")
     string(APPEND name " and under --grad-accum 3")
     string(APPEND runs " && run 2 accum3 '--grad-accum 3' && ${check} '${RUNS}/loss_ch${ch}_accum3/summary.json'")
   endif()
@@ -84,7 +84,7 @@ foreach(ch 02 03 04)
   set_tests_properties("${name}" PROPERTIES TIMEOUT 180 PROCESSORS 3)
 endforeach()
 # The chapters check the collectives of their last step: with --steps 1 that is step 1.
-foreach(ch 02 03 04)
+foreach(ch 02 03 04 05)
   add_test(NAME "ch${ch}: a one-step run passes its own checks"
            COMMAND ${MPIRUN} -np 2 $<TARGET_FILE:shardlab_ch${ch}> --steps 1 --trace-dir ${RUNS} --run-name one_step_ch${ch})
   set_tests_properties("ch${ch}: a one-step run passes its own checks" PROPERTIES TIMEOUT 60 PROCESSORS 2)
@@ -113,6 +113,33 @@ foreach(sharding full grad-op)
            COMMAND sh -c "${MPIRUN_SH} -np 8 $<TARGET_FILE:shardlab_ch04> --model gpt2-small --global-batch 8 --seq-len 1024 --compute skip --steps 2 --sharding ${sharding} --trace-dir '${RUNS}' --run-name ch04_memory_${sharding} > /dev/null && ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_figures.py '${RUNS}/ch04_memory_${sharding}/summary.json' 'abs(peak_allocated_MiB / formula_MiB - 1) < 0.02'")
   set_tests_properties("ch04: gpt2-small at 8 ranks, ${sharding}: peak allocated memory equals the formula within 2%" PROPERTIES TIMEOUT 300 PROCESSORS 2)
 endforeach()
+# Chapter 05: the FSDP runtime's hooks. Every backward mode, with and without forward prefetch,
+# under both sharding strategies, equals single-rank training at worlds 1 to 4 (prefetching
+# changes when, never what).
+shardlab_chapter_tests(ch05 shardlab_ch05)
+foreach(sharding full grad-op)
+  foreach(mode pre post none)
+    set(name "ch05: ${sharding}, --backward-prefetch ${mode}, with and without --forward-prefetch, equals single-rank training at worlds 1-4")
+    add_test(NAME "${name}"
+             COMMAND sh -c "for np in 1 2 3 4; do for fp in '' --forward-prefetch; do ${MPIRUN_SH} -np $np $<TARGET_FILE:shardlab_ch05> --sharding ${sharding} --backward-prefetch ${mode} $fp --trace-dir '${RUNS}' --run-name ch05_${sharding}_${mode}_np$np > /dev/null || { echo \"failed: world $np, ${mode} $fp\"; exit 1; }; done; done")
+    set_tests_properties("${name}" PROPERTIES TIMEOUT 300 PROCESSORS 4)
+  endforeach()
+endforeach()
+# The timeline (tests/check_prefetch.py): where each mode issues its all-gathers, that compute
+# never waits for the gather prefetched under it; then the shape of the results on gpt2-small,
+# 8 simulated H100s (pre halves none's exposed backward communication for one block's memory).
+foreach(mode pre post none)
+  set(name "ch05: gpt2-small at 8 ranks, --backward-prefetch ${mode}: prefetches sit in their hooks and compute never waits for them")
+  set(run "${MPIRUN_SH} -np 8 $<TARGET_FILE:shardlab_ch05> --model gpt2-small --global-batch 8 --seq-len 1024 --compute skip --steps 2 --backward-prefetch ${mode} --trace-dir '${RUNS}'")
+  set(check "${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_prefetch.py trace --backward ${mode} --blocks 12")
+  add_test(NAME "${name}"
+           COMMAND sh -c "${run} --run-name ch05_${mode} > /dev/null && ${check} '${RUNS}/ch05_${mode}' && ${run} --forward-prefetch --run-name ch05_${mode}_fp > /dev/null && ${check} --forward '${RUNS}/ch05_${mode}_fp'")
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 300 PROCESSORS 2 FIXTURES_SETUP ch05_${mode})
+endforeach()
+add_test(NAME "ch05: on h100-8, BACKWARD_PRE halves none's exposed backward communication for one block's memory, and the formula holds within 2%"
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_prefetch.py shape ${RUNS}/ch05_none ${RUNS}/ch05_post ${RUNS}/ch05_pre)
+set_tests_properties("ch05: on h100-8, BACKWARD_PRE halves none's exposed backward communication for one block's memory, and the formula holds within 2%"
+                     PROPERTIES FIXTURES_REQUIRED "ch05_pre;ch05_post;ch05_none")
 foreach(t "ch02;shardlab_ch02;4;--grad-accum 3" "ch03;shardlab_ch03;3;--grad-accum 2 --bucket-cap-mb 0.01 --first-bucket-mb 0.002")
   list(GET t 0 name)
   list(GET t 1 target)
