@@ -182,6 +182,7 @@ shardlab_readme_test(ch01 shardlab_ch01 01_ring_allreduce)
 shardlab_readme_test(ch02 shardlab_ch02 02_naive_ddp)
 shardlab_readme_test(ch03 shardlab_ch03 03_bucketed_ddp)
 shardlab_readme_test(ch04 shardlab_ch04 04_fsdp)
+shardlab_readme_test(ch05 shardlab_ch05 05_prefetch)
 
 # The local rank (on a GPU: which GPU a rank takes) comes from Open MPI's or Slurm's variable, else
 # from MPI; Slurm's is set by hand under mpirun here (tests/check_local_rank.py).
@@ -232,6 +233,8 @@ shardlab_reference_trace_test(ch01 shardlab_ch01 01_ring_allreduce 4 --min-bytes
 shardlab_reference_trace_test(ch02 shardlab_ch02 02_naive_ddp 4)
 shardlab_reference_trace_test(ch03 shardlab_ch03 03_bucketed_ddp 4)
 shardlab_reference_trace_test(ch04 shardlab_ch04 04_fsdp 4)
+shardlab_reference_trace_test(ch05 shardlab_ch05 05_prefetch 2 --model gpt2-small --global-batch 2 --seq-len 1024 --compute skip --steps 2)
+shardlab_reference_trace_test("ch05 (none)" shardlab_ch05 05_prefetch_none 2 --model gpt2-small --global-batch 2 --seq-len 1024 --compute skip --steps 2 --backward-prefetch none)
 
 # Notebooks are executed (Debian's jupyter-nbconvert). Each runs its chapter into the build tree.
 find_program(JUPYTER jupyter)
@@ -275,7 +278,7 @@ if(TARGET shardlab-view AND XVFB_RUN)
 
   # Each chapter README shows a viewer screenshot of its reference trace with the command that
   # made it: the command is rerun as written (into the build tree) and its picture checked.
-  foreach(chapter 00_streams_events 01_ring_allreduce 02_naive_ddp 03_bucketed_ddp 04_fsdp)
+  foreach(chapter 00_streams_events 01_ring_allreduce 02_naive_ddp 03_bucketed_ddp 04_fsdp 05_prefetch)
     add_test(NAME "viewer: the README screenshot command of chapter ${chapter} works"
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_readme_screenshot.py $<TARGET_FILE:shardlab-view>
                      ${PROJECT_SOURCE_DIR}/chapters/${chapter}/README.md ${VIEWER_OUT}/readme/${chapter}.png)

@@ -22,18 +22,27 @@
 
 namespace ch04 {
 
-inline void check_collective_counts(Job& job, int blocks, bool full_shard) {
-  int gathers = 0, scatters = 0;
+struct CollectiveCounts {
+  int allgathers = 0, reduce_scatters = 0;
+};
+
+// The counts in step `step` (the last, usually); throws unless they are what the strategy issues.
+inline CollectiveCounts check_collective_counts(Job& job, int blocks, bool full_shard, int64_t step) {
+  CollectiveCounts n;
   for (const auto& c : collective_metrics(job.device().trace().timeline()))
-    if (c.step == job.steps()) gathers += c.name == "allgather", scatters += c.name == "reduce_scatter";
+    if (c.step == step) n.allgathers += c.name == "allgather", n.reduce_scatters += c.name == "reduce_scatter";
   const int expect_gathers = job.world_size() == 1 ? 0 : (full_shard ? 2 : 1) * blocks + 1;
   const int expect_scatters = job.world_size() == 1 ? 0 : blocks + 1;
-  job.figure("allgathers_per_step", gathers, "", "from the trace");
-  job.figure("reduce_scatters_per_step", scatters, "", "from the trace");
-  if (gathers != expect_gathers || scatters != expect_scatters)
+  if (n.allgathers != expect_gathers || n.reduce_scatters != expect_scatters)
     throw std::logic_error("expected " + std::to_string(expect_gathers) + " all-gathers and " +
                            std::to_string(expect_scatters) + " reduce-scatters per step, the trace shows " +
-                           std::to_string(gathers) + " and " + std::to_string(scatters));
+                           std::to_string(n.allgathers) + " and " + std::to_string(n.reduce_scatters));
+  return n;
+}
+
+inline void report_collective_counts(Job& job, const CollectiveCounts& n) {
+  job.figure("allgathers_per_step", n.allgathers, "", "from the trace");
+  job.figure("reduce_scatters_per_step", n.reduce_scatters, "", "from the trace");
 }
 
 // `units`: every FlatParam; together they hold each parameter once.

@@ -81,13 +81,11 @@ class ExecOrder {
 
 class FsdpRuntime {
  public:
-  // Unit 0 is the root (it wraps the whole model); units 1..n-1 are nested in it.
-  FsdpRuntime(Job& job, std::vector<std::unique_ptr<ch04::FlatParam>> units, FsdpOptions options)
-      : dev_(job.device()),
-        compute_(dev_.compute_stream()),
-        unshard_(dev_.create_stream("unshard")),         // all-gathers and their buffers
-        post_(dev_.create_stream("post_backward")),      // reduce-scatters
-        options_(options) {
+  // Unit 0 is the root (it wraps the whole model); units 1..n-1 are nested in it. FSDP's own
+  // streams: `unshard` for the all-gathers and their buffers, `post` for the reduce-scatters.
+  FsdpRuntime(Device& dev, Stream& unshard, Stream& post, std::vector<std::unique_ptr<ch04::FlatParam>> units,
+              FsdpOptions options)
+      : dev_(dev), compute_(dev.compute_stream()), unshard_(unshard), post_(post), options_(options) {
     for (auto& flat : units) units_.push_back({std::move(flat)});
   }
 

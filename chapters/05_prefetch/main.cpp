@@ -3,7 +3,8 @@
 //   cmake --preset default && cmake --build --preset default
 //   mpirun -np 4 build/chapters/shardlab_ch05                              # tiny GPT: trains, checks itself
 //   mpirun -np 4 build/chapters/shardlab_ch05 --backward-prefetch none     # chapter 04's schedule
-//   mpirun -np 8 build/chapters/shardlab_ch05 --model gpt2-small --global-batch 8 --seq-len 1024 --compute skip
+//   mpirun -np 8 build/chapters/shardlab_ch05 --model gpt2-small --global-batch 8 --seq-len 1024 --compute skip --sweep
+//                                                                          # every mode, one table
 //
 // Chapter 04's FULL_SHARD backward left every all-gather exposed: unit u-1's all-gather was
 // issued after unit u's reduce-scatter, on the same communicator, which runs its operations in
@@ -20,8 +21,10 @@
 // The step is chapter 04's, driven by the hooks of fsdp_runtime.h as PyTorch's autograd and
 // module calls drive FSDP1's.
 
+#include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "02_naive_ddp/data_parallel.h"
 #include "04_fsdp/checks.h"
@@ -38,6 +41,7 @@ TrainFlags train;
 std::string sharding = "full";
 std::string backward_prefetch = "pre";
 bool forward_prefetch = false;
+bool sweep = false;
 
 void add_flags(Flags& f) {
   add_train_flags(f, train);
@@ -47,23 +51,28 @@ void add_flags(Flags& f) {
                "when backward issues the next unit's all-gather: pre (BACKWARD_PRE, before this unit's backward), "
                "post (BACKWARD_POST, after it), none (in the next unit's own hook)");
   f.add_bool("forward-prefetch", &forward_prefetch, "issue the next unit's all-gather right after this unit's in forward");
+  f.add_bool("sweep", &sweep,
+             "train every backward mode with and without forward prefetch, --steps each from the same start, and "
+             "print one table (in place of --backward-prefetch and --forward-prefetch)");
 }
 
-ch05::BackwardPrefetch parse_backward_prefetch(const std::string& s) {
-  return s == "pre" ? ch05::BackwardPrefetch::pre : s == "post" ? ch05::BackwardPrefetch::post : ch05::BackwardPrefetch::none;
-}
+// What one configuration's last step measured.
+struct ModeResult {
+  ch05::FsdpOptions options;
+  double step_ms = 0, forward_exposed_ms = 0, backward_exposed_ms = 0;
+  double peak_allocated_MiB = 0, formula_MiB = 0;
+  ch04::CollectiveCounts collectives;
+};
 
-void lesson(Job& job) {
+double MiB(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+// Trains --steps steps under `options` from the initial parameters (numbered from first_step + 1
+// in the trace), checks its collectives and its numerics, and returns its last step's figures.
+ModeResult train_fsdp(Job& job, const TrainSetup& setup, ch02::BatchShare& batch, GPT& model,
+                      const ch05::FsdpOptions& options, Stream& unshard, Stream& post, int64_t first_step,
+                      int64_t total_steps) {
   Device& dev = job.device();
-  const ch05::FsdpOptions options{sharding == "full", parse_backward_prefetch(backward_prefetch), forward_prefetch};
-  const std::string strategy = std::string(options.full_shard ? "FSDP FULL_SHARD" : "FSDP SHARD_GRAD_OP") + ", " +
-                               ch05::to_string(options.backward_prefetch) + (forward_prefetch ? ", forward_prefetch" : "");
-  job.set_strategy(strategy);
   Stream& compute = dev.compute_stream();
-
-  const TrainSetup setup = train_setup(train, job.steps(), job.flags().seed);
-  ch02::BatchShare batch(job, setup, 1);
-  GPT model(dev, GPTConfig::preset(setup.model), batch.rows(), setup.T);
   const int L = static_cast<int>(model.config().layers);
   const int embeddings = 0, head = L + 1;  // the model's units around the blocks 1..L
 
@@ -75,17 +84,12 @@ void lesson(Job& job) {
   flats.push_back(std::make_unique<ch04::FlatParam>(job, model, "root", root_params, setup.seed));
   for (int l = 1; l <= L; ++l)
     flats.push_back(std::make_unique<ch04::FlatParam>(job, model, "block" + std::to_string(l - 1), model.params_of_unit(l), setup.seed));
-  ch05::FsdpRuntime fsdp(job, std::move(flats), options);
+  ch05::FsdpRuntime fsdp(dev, unshard, post, std::move(flats), options);
   const int root = 0;
 
-  job.say("model " + setup.model + ": " + std::to_string(gpt_num_params(model.config())) + " parameters in " +
-          std::to_string(fsdp.units()) + " FlatParams; " + strategy);
-  if (job.world_size() == 1) job.say("world size 1: nothing to shard, FSDP falls back to NO_SHARD (as PyTorch does)");
-  if (dev.computes()) job.say("loss floor (the data's entropy rate): " + std::to_string(batch.chain().entropy_rate()) + " nats\n");
-
   Event step_start, forward_done;  // on the compute stream, in the last step
-  for (int64_t step = 0; step < job.steps(); ++step) {
-    Job::Step s(job, step);
+  for (int64_t step = 0; step < setup.steps; ++step) {
+    Job::Step s(job, first_step + step, total_steps);
     step_start = dev.record(compute);
     for (int u = 0; u < fsdp.units(); ++u) fsdp.flat(u).zero_grad(compute);
     batch.load(model, step, 0);
@@ -125,27 +129,100 @@ void lesson(Job& job) {
     s.set_tokens(batch.tokens_per_step());
   }
 
-  // 5. Where the last step's communication was exposed: forward (from the step's start to the
-  //    end of the head's forward on the compute stream) and backward (the rest).
+  // 5. Where the last step's communication was exposed: in forward (from the step's start to
+  //    the end of the head's forward on the compute stream) and in backward (the rest).
+  ModeResult r;
+  r.options = options;
   const RankTimeline& tl = dev.trace().timeline();
   const StepWindow& last = tl.steps.back();
   const double split = last.start_us + dev.elapsed_us(step_start, forward_done);  // the step ended in a sync
-  job.figure("step_ms", (last.end_us - last.start_us) / 1000.0, "ms", "the last step");
-  job.figure("forward_exposed_comm_ms", range_metrics(tl, last.start_us, split).exposed_comm_us / 1000.0, "ms",
-             "forward: communication with no compute under it");
-  job.figure("backward_exposed_comm_ms", range_metrics(tl, split, last.end_us).exposed_comm_us / 1000.0, "ms",
-             "backward and optimizer: the same");
+  r.step_ms = (last.end_us - last.start_us) / 1000.0;
+  r.forward_exposed_ms = range_metrics(tl, last.start_us, split).exposed_comm_us / 1000.0;
+  r.backward_exposed_ms = range_metrics(tl, split, last.end_us).exposed_comm_us / 1000.0;
+  r.peak_allocated_MiB = MiB(static_cast<double>(dev.allocator().peak_allocated()));
+  r.formula_MiB = MiB(static_cast<double>(ch05::fsdp_peak_memory(model.config(), batch.rows(), setup.T, job.world_size(), options).total()));
 
   // 6. Prefetching moves collectives; it never adds or drops one (checks.h).
-  ch04::check_collective_counts(job, L, options.full_shard);
+  r.collectives = ch04::check_collective_counts(job, L, options.full_shard, first_step + setup.steps);
 
-  // 7. Memory: BACKWARD_PRE holds one more unit's parameters at the peak (memory.h).
-  ch04::report_memory(job, ch05::fsdp_peak_memory(model.config(), batch.rows(), setup.T, job.world_size(), options));
-
-  // 8. Prefetching changes when, never what: the shards equal single-rank training.
+  // 7. Prefetching changes when, never what: the shards equal single-rank training.
   std::vector<ch04::FlatParam*> units;
   for (int u = 0; u < fsdp.units(); ++u) units.push_back(&fsdp.flat(u));
   ch04::check_against_reference(job, setup, model, units);
+  return r;
+}
+
+std::string describe(const ch05::FsdpOptions& o) {
+  return std::string(o.full_shard ? "FSDP FULL_SHARD" : "FSDP SHARD_GRAD_OP") + ", " + ch05::to_string(o.backward_prefetch) +
+         (o.forward_prefetch ? ", forward_prefetch" : "");
+}
+
+void lesson(Job& job) {
+  Device& dev = job.device();
+  const TrainSetup setup = train_setup(train, job.steps(), job.flags().seed);
+  ch02::BatchShare batch(job, setup, 1);
+  GPT model(dev, GPTConfig::preset(setup.model), batch.rows(), setup.T);
+  Stream& unshard = dev.create_stream("unshard");     // FSDP's all-gathers and their buffers
+  Stream& post = dev.create_stream("post_backward");  // its reduce-scatters
+
+  // The configurations to train: the flags' one, or all six.
+  const bool full_shard = sharding == "full";
+  std::vector<ch05::FsdpOptions> configs;
+  if (sweep) {
+    for (auto mode : {ch05::BackwardPrefetch::none, ch05::BackwardPrefetch::post, ch05::BackwardPrefetch::pre})
+      for (bool forward : {false, true}) configs.push_back({full_shard, mode, forward});
+  } else {
+    const auto mode = backward_prefetch == "pre"    ? ch05::BackwardPrefetch::pre
+                      : backward_prefetch == "post" ? ch05::BackwardPrefetch::post
+                                                    : ch05::BackwardPrefetch::none;
+    configs.push_back({full_shard, mode, forward_prefetch});
+  }
+  job.set_strategy(sweep ? std::string(full_shard ? "FSDP FULL_SHARD" : "FSDP SHARD_GRAD_OP") + ", every prefetch mode"
+                         : describe(configs[0]));
+  job.say("model " + setup.model + ": " + std::to_string(gpt_num_params(model.config())) + " parameters in " +
+          std::to_string(model.config().layers + 1) + " FlatParams");
+  if (job.world_size() == 1) job.say("world size 1: nothing to shard, FSDP falls back to NO_SHARD (as PyTorch does)");
+  if (dev.computes()) job.say("loss floor (the data's entropy rate): " + std::to_string(batch.chain().entropy_rate()) + " nats");
+
+  std::vector<ModeResult> results;
+  for (size_t c = 0; c < configs.size(); ++c) {
+    // Every configuration starts from an empty cache, as a process of its own would: what the
+    // allocator has cached changes which blocks it can reuse, and so the peaks it counts.
+    dev.synchronize();
+    dev.allocator().empty_cache();
+    job.say("\n" + describe(configs[c]) + ":");
+    const auto total = static_cast<int64_t>(configs.size()) * setup.steps;
+    results.push_back(train_fsdp(job, setup, batch, model, configs[c], unshard, post, static_cast<int64_t>(c) * setup.steps, total));
+  }
+
+  // 8. The figures: one configuration's, or the sweep's table (also in summary.json).
+  if (!sweep) {
+    const ModeResult& r = results[0];
+    job.figure("step_ms", r.step_ms, "ms", "the last step");
+    job.figure("forward_exposed_comm_ms", r.forward_exposed_ms, "ms", "forward: communication with no compute under it");
+    job.figure("backward_exposed_comm_ms", r.backward_exposed_ms, "ms", "backward and optimizer: the same");
+    ch04::report_collective_counts(job, r.collectives);
+    ch04::report_memory(job, ch05::fsdp_peak_memory(model.config(), batch.rows(), setup.T, job.world_size(), r.options));
+    return;
+  }
+  job.say("\nthe last step of each (" + job.device().profile().name + ", " + std::to_string(job.world_size()) + " ranks):");
+  job.say("backward       forward prefetch   step (ms)   exposed comm: forward   backward (ms)   peak allocated (MiB)   formula");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const ModeResult& r : results) {
+    char line[200];
+    std::snprintf(line, sizeof line, "%-14s %-16s %11.3f %23.3f %15.3f %22.3f %9.3f", ch05::to_string(r.options.backward_prefetch).c_str(),
+                  r.options.forward_prefetch ? "on" : "off", r.step_ms, r.forward_exposed_ms, r.backward_exposed_ms,
+                  r.peak_allocated_MiB, r.formula_MiB);
+    job.say(line);
+    rows.push_back({{"backward_prefetch", ch05::to_string(r.options.backward_prefetch)},
+                    {"forward_prefetch", r.options.forward_prefetch},
+                    {"step_ms", r.step_ms},
+                    {"forward_exposed_comm_ms", r.forward_exposed_ms},
+                    {"backward_exposed_comm_ms", r.backward_exposed_ms},
+                    {"peak_allocated_MiB", r.peak_allocated_MiB},
+                    {"formula_MiB", r.formula_MiB}});
+  }
+  job.results()["sweep"] = rows;
 }
 
 }  // namespace
