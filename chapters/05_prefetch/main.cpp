@@ -190,7 +190,8 @@ void lesson(Job& job) {
     // allocator has cached changes which blocks it can reuse, and so the peaks it counts.
     dev.synchronize();
     dev.allocator().empty_cache();
-    job.say("\n" + describe(configs[c]) + ":");
+    job.say("");
+    job.say(describe(configs[c]) + ":");
     const auto total = static_cast<int64_t>(configs.size()) * setup.steps;
     results.push_back(train_fsdp(job, setup, batch, model, configs[c], unshard, post, static_cast<int64_t>(c) * setup.steps, total));
   }
