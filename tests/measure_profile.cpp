@@ -8,7 +8,7 @@
 //          device-to-device copy reads and writes every byte); kernel_overhead_us (back-to-back
 //          tiny kernels on the GPU's own clock)
 //   host:  launch_us (CPU time of one op launched through shardlab's CUDA device), runtime_call_us
-//          (cudaEventRecord), malloc_us (cudaMalloc of a 20 MiB segment), h2d/d2h_GBps (256 MiB
+//          (cudaEventRecord), malloc_us and free_us (cudaMalloc, cudaFree of a 20 MiB segment), h2d/d2h_GBps (256 MiB
 //          from/to pinned memory), memcpy_latency_us (a 4-byte copy)
 // The result is written where --out says (common/device/profiles/<name>.json to ship it); the sim's
 // --profile then predicts this GPU, and bench_cuda_ops shows how close.
@@ -137,11 +137,13 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     set(h["runtime_call_us"], host_us_per_call(10000, [&] { CUDA_CHECK(cudaEventRecord(e, s)); }), by + "cudaEventRecord");
     CUDA_CHECK(cudaEventDestroy(e));
-    set(h["malloc_us"], host_us_per_call(20, [] {
-          void* ptr = nullptr;
-          CUDA_CHECK(cudaMalloc(&ptr, 20 << 20));
-          CUDA_CHECK(cudaFree(ptr));
-        }), by + "cudaMalloc + cudaFree of a 20 MiB segment");
+    std::vector<void*> segments(20, nullptr);
+    size_t next = 0;
+    set(h["malloc_us"], host_us_per_call(20, [&] { CUDA_CHECK(cudaMalloc(&segments[next++], 20 << 20)); }),
+        by + "cudaMalloc of a 20 MiB segment");
+    next = 0;
+    set(h["free_us"], host_us_per_call(20, [&] { CUDA_CHECK(cudaFree(segments[next++])); }),
+        by + "cudaFree of a 20 MiB segment");
 
     const size_t mid = size_t{256} << 20;
     void* pinned = nullptr;

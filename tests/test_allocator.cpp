@@ -56,6 +56,10 @@ class FakeBackend : public AllocatorBackend {
   void memory_changed(size_t allocated, size_t reserved) override {
     changes.emplace_back(allocated, reserved);
   }
+  void allocator_event(const AllocatorNote& note) override {
+    notes.push_back(note);
+    notes.back().label = {};  // the label's storage is the caller's
+  }
 
   void complete_all_events() {
     for (auto& event : events) event->done = true;
@@ -67,6 +71,7 @@ class FakeBackend : public AllocatorBackend {
   std::vector<int> recorded_on;
   int synchronizations = 0;
   std::vector<std::pair<size_t, size_t>> changes;  // (allocated, reserved) per memory_changed
+  std::vector<AllocatorNote> notes;                 // per allocator_event
 
  private:
   bool real_memory_;
@@ -442,6 +447,22 @@ TEST_CASE("allocator: out of memory releases cached segments and retries", "[all
   CHECK(alloc.reserved() == 30 * MiB);
   CHECK(alloc.segments() == 1);
   CHECK(big.size == 30 * MiB);
+  // What torch.cuda.memory_stats() would count, and the trace's marks in order.
+  const AllocatorStats& st = alloc.stats();
+  CHECK(st.segment_mallocs == 3);
+  CHECK(st.segment_frees == 2);
+  CHECK(st.sync_all_streams == 1);
+  CHECK(st.alloc_retries == 1);
+  CHECK(st.ooms == 0);
+  using K = AllocatorEventKind;
+  std::vector<K> kinds;
+  for (const AllocatorNote& n : backend.notes) kinds.push_back(n.kind);
+  CHECK(kinds == std::vector<K>{K::segment_malloc, K::segment_malloc, K::segment_free, K::segment_free,
+                                K::alloc_retry, K::segment_malloc});
+  const AllocatorNote& retry = backend.notes[4];
+  CHECK(retry.bytes == 30 * MiB);
+  CHECK(retry.stream_id == 7);
+  CHECK(retry.released_bytes == 60 * MiB);
 }
 
 TEST_CASE("allocator: a device that refuses below the capacity gets the cached segments back, then an error",
@@ -469,7 +490,7 @@ TEST_CASE("allocator: a device that refuses below the capacity gets the cached s
   CHECK(alloc.reserved() == 30 * MiB);
 }
 
-TEST_CASE("allocator: out of memory reuses a pending block that fits after the synchronize",
+TEST_CASE("allocator: a pending block freed inside a live segment is not reused by the retry: out of memory",
           "[allocator]") {
   FakeBackend backend;
   CachingAllocator alloc(backend, 20 * MiB);
@@ -481,12 +502,24 @@ TEST_CASE("allocator: out of memory reuses a pending block that fits after the s
   alloc.free(a.id);
   // The rest of the segment; its 512 KiB remainder is too small to split off.
   const Allocation b = alloc.allocate(14 * MiB + 512 * KiB, compute, "b");
-  const Allocation c = alloc.allocate(5 * MiB, compute, "c");  // needs a's block back
-  CHECK(backend.synchronizations == 1);
-  CHECK(c.offset == a.offset);
   CHECK(b.segment == a.segment);
+  // c would fit in a's block once the synchronize completes it, but CUDACachingAllocator's
+  // retry only releases whole free segments and asks the device again; the segment is still
+  // partly live (b), so nothing is released and the new 20 MiB segment does not fit.
+  CHECK_THROWS_AS(alloc.allocate(5 * MiB, compute, "c"), OutOfMemory);
+  CHECK(backend.synchronizations == 1);
   CHECK(backend.raw_allocs.size() == 1);
   CHECK(backend.raw_frees.empty());
+  const AllocatorStats& st = alloc.stats();
+  CHECK(st.sync_all_streams == 1);
+  CHECK(st.alloc_retries == 1);
+  CHECK(st.ooms == 1);
+  CHECK(backend.notes.back().kind == AllocatorEventKind::out_of_memory);
+  CHECK(backend.notes.back().bytes == 5 * MiB);
+  // The freed block is back in the pool: the next request of its size takes it without a retry.
+  const Allocation d = alloc.allocate(5 * MiB, compute, "d");
+  CHECK(d.offset == a.offset);
+  CHECK(st.alloc_retries == 1);
 }
 
 TEST_CASE("allocator: zero-byte allocations own nothing", "[allocator]") {

@@ -133,7 +133,7 @@ TEST_CASE("collective_metrics: bytes, bandwidths and step assignment", "[metrics
 
   const CollectiveRecord send{"send", 10, 0, 8, 2, "pp", 1, 0, 0};
   CHECK(collective_bytes(send) == 80);
-  CHECK(collective_metrics(RankTimeline{.rank = 0, .slices = {}, .collectives = {send}, .steps = {}, .memory = {}})
+  CHECK(collective_metrics(RankTimeline{.rank = 0, .slices = {}, .collectives = {send}, .steps = {}, .memory = {}, .allocator = {}})
             .front()
             .algbw_GBps == 0);  // zero duration: no bandwidth rather than inf
 }

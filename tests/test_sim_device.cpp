@@ -16,6 +16,7 @@ Profile round_profile() {
   p.launch_us = 5;
   p.runtime_call_us = 1;
   p.malloc_us = 0;
+  p.free_us = 0;
   p.kernel_overhead_us = 0;
   p.peak_tflops_f32 = 1;        // 1e6 FLOP per us ...
   p.elementwise_efficiency = 1; // ... at full efficiency

@@ -92,6 +92,10 @@ void check_against_summary(const TraceModel& m, const json& summary) {
       CHECK(steps[k].idle_us == Approx(w["idle_us"].get<double>()).margin(1e-3));
       CHECK(steps[k].peak_allocated == w["peak_allocated_bytes"].get<int64_t>());
       CHECK(steps[k].peak_reserved == w["peak_reserved_bytes"].get<int64_t>());
+      CHECK(steps[k].segment_mallocs == w["segment_mallocs"].get<int64_t>());
+      CHECK(steps[k].segment_frees == w["segment_frees"].get<int64_t>());
+      CHECK(steps[k].alloc_retries == w["alloc_retries"].get<int64_t>());
+      CHECK(steps[k].ooms == w["ooms"].get<int64_t>());
     }
     const auto colls = collective_metrics(rank.timeline);
     REQUIRE(colls.size() == want["collectives"].size());
@@ -169,7 +173,7 @@ TEST_CASE("model: loads the reference traces and agrees with their summaries", "
       INFO("rank " << r.rank);
       CHECK(r.file == (dir / ("rank" + std::to_string(r.rank) + ".json")).string());
       const json file = json::parse(read_text(r.file));
-      size_t x_events = 0, flow_starts = 0, counters = 0, device_events = 0;
+      size_t x_events = 0, flow_starts = 0, counters = 0, device_events = 0, allocator_marks = 0;
       std::map<int, std::string> stream_names;
       for (const json& e : file["traceEvents"]) {
         const std::string ph = e["ph"];
@@ -178,7 +182,8 @@ TEST_CASE("model: loads the reference traces and agrees with their summaries", "
           const std::string cat = e["cat"];
           if (cat == "kernel" || cat == "gpu_memcpy" || cat == "gpu_memset") ++device_events;
         }
-        if (ph == "i") ++x_events;  // kept as zero-length slices
+        if (ph == "i" && e.value("cat", "") == "allocator") ++allocator_marks;  // marks of the memory lane
+        else if (ph == "i") ++x_events;                                        // kept as zero-length slices
         if (ph == "s") ++flow_starts;
         if (ph == "C") ++counters;
         if (ph == "M" && e["name"] == "thread_name" && e["pid"].get<int>() < 100000)
@@ -188,6 +193,7 @@ TEST_CASE("model: loads the reference traces and agrees with their summaries", "
       for (const Lane& l : r.lanes) lane_slices += l.slices.size();
       CHECK(lane_slices == x_events);
       CHECK(r.timeline.slices.size() == device_events);
+      CHECK(r.timeline.allocator.size() == allocator_marks);
       slices += lane_slices;
 
       // Lanes: the CPU thread first, then the device's streams in sort order, named by metadata.

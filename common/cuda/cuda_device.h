@@ -88,6 +88,7 @@ class CudaDevice final : public Device, private AllocatorBackend {
   bool event_done(const Event& event) override;
   void synchronize_device() override;
   void memory_changed(size_t allocated, size_t reserved) override;
+  void allocator_event(const AllocatorNote& note) override { trace_allocator_note(note); }
   HostBlock host_alloc(size_t bytes) override;
 
   int device_index_;

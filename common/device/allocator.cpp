@@ -157,18 +157,21 @@ Allocation CachingAllocator::allocate(size_t bytes, Stream& stream, std::string_
     std::string refusal;
     if (segment_bytes <= capacity_ - reserved_) block = allocate_segment(segment_bytes, stream_id, small_pool, &refusal);
     if (block == nullptr) {
-      // Out of room, by this allocator's count or by the device's: wait for the device so that
-      // every pending block is reusable, then give the cached segments back. A block that came
-      // back may already fit; only if none does are empty segments released to make room for a
-      // new one.
+      // Out of room, by this allocator's count or by the device's (CUDACachingAllocator's
+      // release_cached_blocks): wait for the device, so that every pending block completes,
+      // give every segment that holds no live block back, and ask for the segment again.
       backend_.synchronize_device();
+      ++stats_.sync_all_streams;
       process_pending_blocks();
-      block = find_free_block(stream_id, small_pool, size);
+      const size_t released = release_empty_segments();
+      ++stats_.alloc_retries;
+      backend_.allocator_event({AllocatorEventKind::alloc_retry, size, stream_id, released, label});
+      if (segment_bytes <= capacity_ - reserved_)
+        block = allocate_segment(segment_bytes, stream_id, small_pool, &refusal);
       if (block == nullptr) {
-        release_empty_segments();
-        if (segment_bytes <= capacity_ - reserved_)
-          block = allocate_segment(segment_bytes, stream_id, small_pool, &refusal);
-        if (block == nullptr) throw_out_of_memory(size, stream, label, refusal);
+        ++stats_.ooms;
+        backend_.allocator_event({AllocatorEventKind::out_of_memory, size, stream_id, 0, label});
+        throw_out_of_memory(size, stream, label, refusal);
       }
     }
   }
@@ -177,6 +180,7 @@ Allocation CachingAllocator::allocate(size_t bytes, Stream& stream, std::string_
   block->state = Block::State::live;
   allocated_ += block->size;
   peak_allocated_ = std::max(peak_allocated_, allocated_);
+  peak_active_ = std::max(peak_active_, allocated_ + pending_);
   note_change();
 
   const uint64_t id = impl.next_allocation_id++;
@@ -209,6 +213,7 @@ void CachingAllocator::free(uint64_t id) {
     block->pending_events.push_back(backend_.record_event(*other));
   block->other_streams.clear();
   block->state = Block::State::pending;
+  pending_ += block->size;
   impl_->pending_blocks.push_back(block);
 }
 
@@ -248,6 +253,7 @@ std::string CachingAllocator::label(uint64_t id) const {
 void CachingAllocator::reset_peaks() {
   peak_allocated_ = allocated_;
   peak_reserved_ = reserved_;
+  peak_active_ = allocated_ + pending_;
 }
 
 size_t CachingAllocator::segments() const { return impl_->segments.size(); }
@@ -284,6 +290,8 @@ CachingAllocator::Block* CachingAllocator::allocate_segment(size_t segment_bytes
   impl_->segments.emplace(id, std::move(segment));
   reserved_ += segment_bytes;
   peak_reserved_ = std::max(peak_reserved_, reserved_);
+  ++stats_.segment_mallocs;
+  backend_.allocator_event({AllocatorEventKind::segment_malloc, segment_bytes, stream_id, 0, {}});
   note_change();
   return block;
 }
@@ -341,14 +349,15 @@ void CachingAllocator::process_pending_blocks() {
     }
     pending[i] = pending.back();
     pending.pop_back();
+    pending_ -= block->size;
     return_to_pool(block);
   }
 }
 
 // Give every segment with no live or pending block back to the device.
-void CachingAllocator::release_empty_segments() {
+size_t CachingAllocator::release_empty_segments() {
   auto& segments = impl_->segments;
-  bool released = false;
+  size_t released = 0;
   for (auto it = segments.begin(); it != segments.end();) {
     Segment& segment = *it->second;
     if (!segment.empty()) {
@@ -358,10 +367,13 @@ void CachingAllocator::release_empty_segments() {
     impl_->unindex_free(segment.first);
     backend_.raw_free(segment.base, segment.bytes);
     reserved_ -= segment.bytes;
-    released = true;
+    released += segment.bytes;
+    ++stats_.segment_frees;
+    backend_.allocator_event({AllocatorEventKind::segment_free, segment.bytes, segment.stream_id, 0, {}});
     it = segments.erase(it);
   }
-  if (released) note_change();
+  if (released > 0) note_change();
+  return released;
 }
 
 void CachingAllocator::note_change() { backend_.memory_changed(allocated_, reserved_); }

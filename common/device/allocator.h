@@ -21,10 +21,16 @@
 //   writes it into the trace as a counter.
 // - Out of memory: when a new segment would take reserved past the capacity, or the device
 //   refuses it (a real GPU has less free memory than the capacity read at start when another
-//   process or NCCL holds some: its raw_alloc throws OutOfMemory), the allocator synchronizes the
-//   device, releases every cached segment that holds no live block, and retries once; if that
-//   fails it throws OutOfMemory naming the requested, allocated, reserved and capacity bytes
-//   (and the device's refusal).
+//   process or NCCL holds some: its raw_alloc throws OutOfMemory), the allocator does what
+//   CUDACachingAllocator's release_cached_blocks does: it synchronizes the device (so every
+//   pending block completes), gives every cached segment that holds no live block back, and asks
+//   the device for the segment once more: an "alloc retry". It does not look in the pools again:
+//   a block that came back inside a segment still partly live stays unused (fragmentation). If
+//   the retry fails it throws OutOfMemory naming the requested, allocated, reserved and capacity
+//   bytes (and the device's refusal).
+// - Statistics, as torch.cuda.memory_stats() names them: device allocations and frees
+//   (cudaMalloc, cudaFree), synchronizations of every stream, alloc retries and OOMs. Each is
+//   also reported to the backend, which marks it in the trace.
 #pragma once
 
 #include <cstddef>
@@ -38,8 +44,28 @@
 #include <vector>
 
 #include "device/event.h"
+#include "trace/timeline.h"
 
 namespace shardlab {
+
+// torch.cuda.memory_stats()'s num_device_alloc, num_device_free, num_sync_all_streams,
+// num_alloc_retries and num_ooms: counts over the allocator's life.
+struct AllocatorStats {
+  int64_t segment_mallocs = 0;
+  int64_t segment_frees = 0;
+  int64_t sync_all_streams = 0;
+  int64_t alloc_retries = 0;
+  int64_t ooms = 0;
+};
+
+// One of those moments, for the trace.
+struct AllocatorNote {
+  AllocatorEventKind kind = AllocatorEventKind::segment_malloc;
+  size_t bytes = 0;           // the segment (malloc, free) or the rounded request (retry, OOM)
+  int stream_id = 0;          // the segment's or the request's stream
+  size_t released_bytes = 0;  // retry: the cached segments it gave back
+  std::string_view label;     // retry, OOM: the request's label
+};
 
 // What the allocator needs from a device. The sim implements it over virtual time (and host
 // memory or none at all under --compute skip); CUDA over cudaMalloc and cudaEvent.
@@ -54,6 +80,7 @@ class AllocatorBackend {
   virtual bool event_done(const Event& event) = 0;   // has it completed, as the CPU sees it now?
   virtual void synchronize_device() = 0;             // before releasing cached segments
   virtual void memory_changed(size_t allocated, size_t reserved) = 0;  // trace counter
+  virtual void allocator_event(const AllocatorNote&) {}  // trace instant
 };
 
 class OutOfMemory : public std::runtime_error {
@@ -99,10 +126,15 @@ class CachingAllocator {
   size_t reserved() const { return reserved_; }
   size_t peak_allocated() const { return peak_allocated_; }
   size_t peak_reserved() const { return peak_reserved_; }
+  // Active: allocated plus the freed blocks still held for another stream's work (pending), as
+  // torch.cuda.memory_stats()'s active_bytes counts them.
+  size_t active() const { return allocated_ + pending_; }
+  size_t peak_active() const { return peak_active_; }
   size_t capacity() const { return capacity_; }
   void reset_peaks();
   size_t segments() const;
   size_t cached_bytes() const;  // reserved but not allocated
+  const AllocatorStats& stats() const { return stats_; }
 
  private:
   struct Block;
@@ -115,7 +147,7 @@ class CachingAllocator {
   void split_block(Block* block, size_t size);
   void return_to_pool(Block* block);
   void process_pending_blocks();
-  void release_empty_segments();
+  size_t release_empty_segments();  // the bytes given back
   void note_change();
   [[noreturn]] void throw_out_of_memory(size_t size, const Stream& stream, std::string_view label,
                                         const std::string& refusal) const;
@@ -124,6 +156,8 @@ class CachingAllocator {
   AllocatorBackend& backend_;
   size_t capacity_;
   size_t allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;
+  size_t pending_ = 0, peak_active_ = 0;
+  AllocatorStats stats_;
 };
 
 }  // namespace shardlab

@@ -77,6 +77,14 @@ void Device::host_free(Tensor& t) {
   t = Tensor{};
 }
 
+void Device::trace_allocator_note(const AllocatorNote& note) {
+  TraceArgs args;
+  args.add("bytes", static_cast<uint64_t>(note.bytes)).add("stream", note.stream_id);
+  if (note.kind == AllocatorEventKind::alloc_retry) args.add("released_bytes", static_cast<uint64_t>(note.released_bytes));
+  if (!note.label.empty()) args.add("request", note.label);
+  trace_.allocator_event(note.kind, now_ns(), args);
+}
+
 std::string_view memcpy_name(const Tensor& dst, const Tensor& src) {
   if (dst.numel() != src.numel() || dst.dtype != src.dtype)
     throw std::invalid_argument("memcpy: destination " + dst.shape.str() + " " + std::string(dtype_name(dst.dtype)) +

@@ -138,6 +138,9 @@ class Device {
   // page-locked memory (cudaMallocHost) on CUDA, where only pinned buffers copy asynchronously.
   using HostBlock = std::unique_ptr<void, void (*)(void*)>;
   virtual HostBlock host_alloc(size_t bytes);
+  // The allocator's moment as an instant on the memory lane, at the host's time now (both
+  // devices' AllocatorBackend::allocator_event).
+  void trace_allocator_note(const AllocatorNote& note);
 
   Profile profile_;
   ComputeMode compute_;

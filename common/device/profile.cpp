@@ -113,6 +113,7 @@ Profile load_profile(const std::string& name_or_path) {
   p.launch_us = number(root, "host.launch_us", f, false);
   p.runtime_call_us = number(root, "host.runtime_call_us", f, false);
   p.malloc_us = number(root, "host.malloc_us", f, false);
+  p.free_us = number(root, "host.free_us", f, false);
   p.h2d_GBps = number(root, "host.h2d_GBps", f);
   p.d2h_GBps = number(root, "host.d2h_GBps", f);
   p.memcpy_latency_us = number(root, "host.memcpy_latency_us", f, false);

@@ -43,6 +43,7 @@ struct Profile {
   double launch_us = 0;              // CPU time of one kernel launch (framework + cudaLaunchKernel)
   double runtime_call_us = 0;        // CPU time of a cheap runtime call (event record, stream wait)
   double malloc_us = 0;              // cudaMalloc of a new segment
+  double free_us = 0;                // cudaFree of a cached segment
   double h2d_GBps = 0, d2h_GBps = 0; // pinned host <-> device
   double memcpy_latency_us = 0;
 

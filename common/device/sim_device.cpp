@@ -217,7 +217,7 @@ void* SimDevice::raw_alloc(size_t bytes) {
 }
 
 void SimDevice::raw_free(void* ptr, size_t) {
-  const int64_t ns = us_to_ns(profile_.runtime_call_us);
+  const int64_t ns = us_to_ns(profile_.free_us);
   trace_.runtime_call("cudaFree", charge_cpu(ns), ns, false);
   std::free(ptr);
 }

@@ -81,6 +81,7 @@ class SimDevice final : public Device, private AllocatorBackend {
   bool event_done(const Event& event) override;
   void synchronize_device() override;
   void memory_changed(size_t allocated, size_t reserved) override;
+  void allocator_event(const AllocatorNote& note) override { trace_allocator_note(note); }
 
   int64_t cpu_ns_ = 0;
   RaceCheck race_;

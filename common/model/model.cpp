@@ -26,12 +26,13 @@ GPTConfig GPTConfig::preset(const std::string& name) {
   if (name == "gpt2-small") return {name, 50257, 1024, 12, 768, 12};
   if (name == "gpt2-medium") return {name, 50257, 1024, 24, 1024, 16};
   if (name == "gpt-1b") return {name, 50257, 1024, 20, 2048, 16};
+  if (name == "gpt-15b") return {name, 50257, 1024, 32, 6144, 48};
   std::string known;
   for (const auto& p : presets()) known += (known.empty() ? "" : ", ") + p;
   throw std::invalid_argument("--model " + name + ": no such model; presets: " + known);
 }
 
-std::vector<std::string> GPTConfig::presets() { return {"tiny", "gpt2-small", "gpt2-medium", "gpt-1b"}; }
+std::vector<std::string> GPTConfig::presets() { return {"tiny", "gpt2-small", "gpt2-medium", "gpt-1b", "gpt-15b"}; }
 
 std::vector<ParamInfo> gpt_params(const GPTConfig& c) {
   const int64_t C = c.channels;

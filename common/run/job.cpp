@@ -85,7 +85,11 @@ json to_json(const StepMetrics& m) {
           {"memcpy_us", m.memcpy_us},
           {"idle_us", m.idle_us},
           {"peak_allocated_bytes", m.peak_allocated},
-          {"peak_reserved_bytes", m.peak_reserved}};
+          {"peak_reserved_bytes", m.peak_reserved},
+          {"segment_mallocs", m.segment_mallocs},
+          {"segment_frees", m.segment_frees},
+          {"alloc_retries", m.alloc_retries},
+          {"ooms", m.ooms}};
 }
 
 json to_json(const CollectiveMetrics& c) {

@@ -109,6 +109,17 @@ RangeMetrics range_metrics(const RankTimeline& tl, double t0_us, double t1_us) {
     m.peak_allocated = std::max(m.peak_allocated, it->allocated);
     m.peak_reserved = std::max(m.peak_reserved, it->reserved);
   }
+  const auto& marks = tl.allocator;
+  auto mark = std::lower_bound(marks.begin(), marks.end(), t0_us,
+                               [](const AllocatorMark& a, double t) { return a.t_us < t; });
+  for (; mark != marks.end() && mark->t_us < t1_us; ++mark) {
+    switch (mark->kind) {
+      case AllocatorEventKind::segment_malloc: ++m.segment_mallocs; break;
+      case AllocatorEventKind::segment_free: ++m.segment_frees; break;
+      case AllocatorEventKind::alloc_retry: ++m.alloc_retries; break;
+      case AllocatorEventKind::out_of_memory: ++m.ooms; break;
+    }
+  }
   return m;
 }
 

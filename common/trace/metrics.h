@@ -36,6 +36,8 @@ struct RangeMetrics {
   double idle_us = 0;
   int64_t peak_allocated = 0;
   int64_t peak_reserved = 0;
+  // The allocator's instants in the window (torch.cuda.memory_stats() counts the same things).
+  int64_t segment_mallocs = 0, segment_frees = 0, alloc_retries = 0, ooms = 0;
 };
 
 struct StepMetrics : RangeMetrics {

@@ -48,12 +48,27 @@ struct MemorySample {
   int64_t allocated = 0, reserved = 0;
 };
 
+// What the caching allocator did that users count (torch.cuda.memory_stats()): instants on the
+// memory lane, cat "allocator".
+enum class AllocatorEventKind : uint8_t {
+  segment_malloc,  // a new segment from the device (cudaMalloc)
+  segment_free,    // a cached segment given back (cudaFree)
+  alloc_retry,     // no room: every event waited for, the cache released, the device asked again
+  out_of_memory,   // the retry failed too
+};
+
+struct AllocatorMark {
+  double t_us = 0;
+  AllocatorEventKind kind = AllocatorEventKind::segment_malloc;
+};
+
 struct RankTimeline {
   int rank = 0;
   std::vector<DeviceSlice> slices;           // any order
   std::vector<CollectiveRecord> collectives;
   std::vector<StepWindow> steps;             // in step order
   std::vector<MemorySample> memory;          // in time order
+  std::vector<AllocatorMark> allocator;      // in time order
 };
 
 }  // namespace shardlab

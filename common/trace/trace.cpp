@@ -267,6 +267,27 @@ void TraceRecorder::memory(int64_t ts_ns, int64_t allocated, int64_t reserved) {
   timeline_.memory.push_back({to_us(ts_ns), allocated, reserved});
 }
 
+std::string_view allocator_event_name(AllocatorEventKind kind) {
+  switch (kind) {
+    case AllocatorEventKind::segment_malloc: return "segment malloc";
+    case AllocatorEventKind::segment_free: return "segment free";
+    case AllocatorEventKind::alloc_retry: return "alloc retry";
+    case AllocatorEventKind::out_of_memory: return "out of memory";
+  }
+  return "?";
+}
+
+void TraceRecorder::allocator_event(AllocatorEventKind kind, int64_t ts_ns, const TraceArgs& args) {
+  std::string line = "{\"ph\": \"i\", \"s\": \"p\", \"cat\": \"allocator\", \"name\": " +
+                     json_string(allocator_event_name(kind)) + ", \"pid\": ";
+  append_int(line, device_index_);
+  line += ", \"ts\": " + format_us(ts_ns);
+  if (!args.empty()) line += ", \"args\": {" + args.json() + "}";
+  line += '}';
+  emit(std::move(line));
+  timeline_.allocator.push_back({to_us(ts_ns), kind});
+}
+
 void TraceRecorder::instant(std::string_view name, int64_t ts_ns, const TraceArgs& args) {
   std::string line = "{\"ph\": \"i\", \"s\": \"t\", \"cat\": \"shardlab\", \"name\": " + json_string(name) +
                      ", \"pid\": ";

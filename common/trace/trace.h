@@ -61,6 +61,9 @@ struct CollectiveArgs {
   int64_t seq = 0;
 };
 
+// "segment malloc", "segment free", "alloc retry", "out of memory": the names the trace gives them.
+std::string_view allocator_event_name(AllocatorEventKind kind);
+
 class TraceRecorder {
  public:
   static int host_pid(int rank) { return 100000 + rank; }  // deterministic, unlike an OS pid
@@ -99,6 +102,9 @@ class TraceRecorder {
                   int64_t end_ns, uint64_t correlation);
 
   void memory(int64_t ts_ns, int64_t allocated, int64_t reserved);
+  // An allocator instant on the memory lane (the device process), cat "allocator", named
+  // "segment malloc", "segment free", "alloc retry" or "out of memory".
+  void allocator_event(AllocatorEventKind kind, int64_t ts_ns, const TraceArgs& args);
   // An instant event on the host thread (race reports, warnings), cat "shardlab".
   void instant(std::string_view name, int64_t ts_ns, const TraceArgs& args);
 

@@ -9,6 +9,8 @@
 #include <system_error>
 #include <utility>
 
+#include "trace/trace.h"
+
 namespace shardlab::viewer::loader {
 
 namespace {
@@ -403,6 +405,12 @@ void ChunkParser::finish_event() {
     case 'I': {
       if (!e.has_ts || (e.ph == 'X' && e.dur < 0)) {
         ++part_.skipped;
+        return;
+      }
+      if ((e.ph == 'i' || e.ph == 'I') && e.cat == "allocator") {  // shardlab's allocator instants
+        for (auto kind : {AllocatorEventKind::segment_malloc, AllocatorEventKind::segment_free,
+                          AllocatorEventKind::alloc_retry, AllocatorEventKind::out_of_memory})
+          if (e.name == allocator_event_name(kind)) part_.allocator.push_back({e.ts, kind});
         return;
       }
       if ((e.ph == 'i' || e.ph == 'I') && e.name == "[memory]") {  // Kineto's memory events

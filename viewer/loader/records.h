@@ -115,6 +115,7 @@ struct Part {
   std::vector<Meta> metas;
   std::map<std::string, Samples, std::less<>> counters;  // in file order within each
   std::vector<MemorySample> memory;                     // in file order
+  std::vector<AllocatorMark> allocator;                 // cat "allocator" instants, in file order
   size_t skipped = 0;
 };
 

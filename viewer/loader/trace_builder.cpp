@@ -154,6 +154,7 @@ void Builder::add(Part& part) {
     to.insert(to.end(), samples.begin(), samples.end());
   }
   timeline_.memory.insert(timeline_.memory.end(), part.memory.begin(), part.memory.end());
+  timeline_.allocator.insert(timeline_.allocator.end(), part.allocator.begin(), part.allocator.end());
   skipped_ += part.skipped;
   part = Part{};  // its memory goes now
 }
@@ -294,6 +295,8 @@ FileResult Builder::finish(std::optional<int> declared_rank) {
               [](const StepWindow& a, const StepWindow& b) { return a.step < b.step; });
   sort_stable(timeline_.memory.begin(), timeline_.memory.end(),
               [](const MemorySample& a, const MemorySample& b) { return a.t_us < b.t_us; });
+  sort_stable(timeline_.allocator.begin(), timeline_.allocator.end(),
+              [](const AllocatorMark& a, const AllocatorMark& b) { return a.t_us < b.t_us; });
   r.timeline = std::move(timeline_);
 
   out.declared_rank = declared_rank;
