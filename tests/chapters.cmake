@@ -58,7 +58,7 @@ endfunction()
 
 shardlab_chapter_tests(ch00 shardlab_ch00 --steps 2)
 # The training chapters' configuration checks run before step 1: one message from rank 0, exit 2.
-foreach(ch 02 03 04 05)
+foreach(ch 02 03 04 05 06)
   add_test(NAME "ch${ch}: a global batch that does not divide among the ranks exits 2 before step 1"
            COMMAND ${EXPECT_EXIT} 2 "error: --global-batch: got '10'; allowed: a multiple of 4 ranks" --not "step 1/" --not "MPI_ABORT"
                    -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch${ch}> --global-batch 10)
@@ -71,7 +71,7 @@ endforeach()
 # The loss printed and recorded is the global batch's mean: the same at world 1 and 3.
 # Chapters 02 and 03 also split each rank's share into micro-batches (--grad-accum): the loss is
 # then the micro-batches' mean, not the last one's.
-foreach(ch 02 03 04 05)
+foreach(ch 02 03 04 05 06)
   set(check "${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_same_loss.py '${RUNS}/loss_ch${ch}_np1/summary.json'")
   set(run "${MPIRUN_SH} -np $1 $<TARGET_FILE:shardlab_ch${ch}> --trace-dir '${RUNS}' --run-name loss_ch${ch}_$2 $3 > /dev/null")
   set(name "ch${ch}: the loss is the global batch's, the same at world 1 and 3")
@@ -84,7 +84,7 @@ foreach(ch 02 03 04 05)
   set_tests_properties("${name}" PROPERTIES TIMEOUT 180 PROCESSORS 3)
 endforeach()
 # The chapters check the collectives of their last step: with --steps 1 that is step 1.
-foreach(ch 02 03 04 05)
+foreach(ch 02 03 04 05 06)
   add_test(NAME "ch${ch}: a one-step run passes its own checks"
            COMMAND ${MPIRUN} -np 2 $<TARGET_FILE:shardlab_ch${ch}> --steps 1 --trace-dir ${RUNS} --run-name one_step_ch${ch})
   set_tests_properties("ch${ch}: a one-step run passes its own checks" PROPERTIES TIMEOUT 60 PROCESSORS 2)
@@ -140,6 +140,35 @@ add_test(NAME "ch05: on h100-8, BACKWARD_PRE halves none's exposed backward comm
          COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_prefetch.py shape ${RUNS}/ch05_none ${RUNS}/ch05_post ${RUNS}/ch05_pre)
 set_tests_properties("ch05: on h100-8, BACKWARD_PRE halves none's exposed backward communication for one block's memory, and the formula holds within 2%"
                      PROPERTIES FIXTURES_REQUIRED "ch05_pre;ch05_post;ch05_none")
+# Chapter 06: the rate limiter changes timing and memory only: on and off, at worlds 1 to 4,
+# the parameters equal single-rank training and the race check finds nothing.
+shardlab_chapter_tests(ch06 shardlab_ch06)
+foreach(limit on off)
+  set(name "ch06: --limit-all-gathers ${limit} equals single-rank training at worlds 1-4")
+  add_test(NAME "${name}"
+           COMMAND sh -c "for np in 1 2 3 4; do ${MPIRUN_SH} -np $np $<TARGET_FILE:shardlab_ch06> --limit-all-gathers ${limit} --trace-dir '${RUNS}' --run-name ch06_${limit}_np$np > /dev/null || { echo \"failed: world $np\"; exit 1; }; done")
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 300 PROCESSORS 4)
+endforeach()
+# On the timeline (tests/check_rate_limit.py): with the limiter, no forward all-gather is issued
+# while more than 2 freed blocks still run on the GPU; without it, the CPU runs further ahead.
+foreach(np 2 3 4)
+  set(name "ch06: gpt2-small at world ${np}: with the limiter at most 2 freed blocks run when an all-gather is issued, without it more")
+  set(run "${MPIRUN_SH} -np ${np} $<TARGET_FILE:shardlab_ch06> --model gpt2-small --global-batch ${np} --seq-len 1024 --compute skip --steps 2 --trace-dir '${RUNS}'")
+  set(check "${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_rate_limit.py")
+  add_test(NAME "${name}"
+           COMMAND sh -c "${run} --run-name ch06_on_${np} > /dev/null && ${check} '${RUNS}/ch06_on_${np}' --limited && ${run} --limit-all-gathers off --run-name ch06_off_${np} > /dev/null && ${check} '${RUNS}/ch06_off_${np}' --unlimited")
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
+endforeach()
+# The thrash (gpt-15b, 8 simulated H100s): alloc retries every step without the limiter, none
+# with it; and where memory is plentiful (gpt2-small) the limiter costs under 5% of the step.
+set(wide "--model gpt-15b --global-batch 8 --seq-len 1024 --compute skip --steps 3")
+add_test(NAME "ch06: gpt-15b at 8 ranks: alloc retries without the limiter, none with it"
+         COMMAND sh -c "${MPIRUN_SH} -np 8 $<TARGET_FILE:shardlab_ch06> ${wide} --limit-all-gathers off --trace-dir '${RUNS}' --run-name ch06_thrash_off > /dev/null && ${MPIRUN_SH} -np 8 $<TARGET_FILE:shardlab_ch06> ${wide} --trace-dir '${RUNS}' --run-name ch06_thrash_on > /dev/null && ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_figures.py '${RUNS}/ch06_thrash_off/summary.json' 'alloc_retries > 0' && ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_figures.py '${RUNS}/ch06_thrash_on/summary.json' 'alloc_retries_total == 0'")
+set_tests_properties("ch06: gpt-15b at 8 ranks: alloc retries without the limiter, none with it" PROPERTIES TIMEOUT 300 PROCESSORS 2)
+set(small "--model gpt2-small --global-batch 8 --seq-len 1024 --compute skip --steps 2")
+add_test(NAME "ch06: gpt2-small at 8 ranks: the limiter changes the step by under 5%"
+         COMMAND sh -c "${MPIRUN_SH} -np 8 $<TARGET_FILE:shardlab_ch06> ${small} --limit-all-gathers off --trace-dir '${RUNS}' --run-name ch06_small_off > /dev/null && ${MPIRUN_SH} -np 8 $<TARGET_FILE:shardlab_ch06> ${small} --trace-dir '${RUNS}' --run-name ch06_small_on > /dev/null && ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_figures.py '${RUNS}/ch06_small_on/summary.json' --as off '${RUNS}/ch06_small_off/summary.json' 'abs(step_ms / off_step_ms - 1) < 0.05' 'alloc_retries_total == 0 and off_alloc_retries_total == 0'")
+set_tests_properties("ch06: gpt2-small at 8 ranks: the limiter changes the step by under 5%" PROPERTIES TIMEOUT 300 PROCESSORS 2)
 foreach(t "ch02;shardlab_ch02;4;--grad-accum 3" "ch03;shardlab_ch03;3;--grad-accum 2 --bucket-cap-mb 0.01 --first-bucket-mb 0.002")
   list(GET t 0 name)
   list(GET t 1 target)

@@ -88,6 +88,9 @@ class FsdpRuntime {
       : dev_(dev), compute_(dev.compute_stream()), unshard_(unshard), post_(post), options_(options) {
     for (auto& flat : units) units_.push_back({std::move(flat)});
   }
+  virtual ~FsdpRuntime() = default;
+  FsdpRuntime(const FsdpRuntime&) = delete;
+  FsdpRuntime& operator=(const FsdpRuntime&) = delete;
 
   int units() const { return static_cast<int>(units_.size()); }
   ch04::FlatParam& flat(int u) { return *unit(u).flat; }
@@ -150,6 +153,15 @@ class FsdpRuntime {
     order_.next_step();
   }
 
+ protected:
+  // Where later chapters extend the runtime (chapter 06's rate limiter): called in every
+  // _unshard before its all-gather is issued, and after every reshard that freed memory.
+  virtual void before_unshard() {}
+  virtual void after_free() {}
+
+  Device& dev_;
+  Stream& compute_;
+
  private:
   // A FlatParam and FSDP1's flags on its handle (FlatParamHandle).
   struct Unit {
@@ -165,11 +177,14 @@ class FsdpRuntime {
   // An all-gather on the unshard stream, unless the parameters are whole already
   // (SHARD_GRAD_OP keeps them from forward to the end of backward).
   void unshard(Unit& x) {
+    before_unshard();
     if (!x.flat->unsharded()) x.flat->unshard(unshard_);
   }
 
   void reshard(Unit& x) {
+    const bool frees = x.flat->unsharded() && x.flat->sharded();
     if (x.flat->unsharded()) x.flat->reshard(compute_);
+    if (frees) after_free();
     x.prefetched = false;
   }
 
@@ -186,8 +201,6 @@ class FsdpRuntime {
     x.prefetched = true;
   }
 
-  Device& dev_;
-  Stream& compute_;
   Stream& unshard_;
   Stream& post_;
   FsdpOptions options_;

@@ -29,6 +29,7 @@
 #include "02_naive_ddp/data_parallel.h"
 #include "04_fsdp/checks.h"
 #include "05_prefetch/fsdp_runtime.h"
+#include "05_prefetch/fsdp_step.h"
 #include "05_prefetch/memory.h"
 #include "run/train_flags.h"
 #include "trace/metrics.h"
@@ -72,80 +73,37 @@ ModeResult train_fsdp(Job& job, const TrainSetup& setup, ch02::BatchShare& batch
                       const ch05::FsdpOptions& options, Stream& unshard, Stream& post, int64_t first_step,
                       int64_t total_steps) {
   Device& dev = job.device();
-  Stream& compute = dev.compute_stream();
   const int L = static_cast<int>(model.config().layers);
-  const int embeddings = 0, head = L + 1;  // the model's units around the blocks 1..L
 
-  // 1. Chapter 04's FlatParams: unit 0 is the root (embeddings, final norm, tied head), unit l
-  //    the l-th block. The runtime owns them.
-  std::vector<int> root_params = model.params_of_unit(embeddings);
-  for (int i : model.params_of_unit(head)) root_params.push_back(i);
-  std::vector<std::unique_ptr<ch04::FlatParam>> flats;
-  flats.push_back(std::make_unique<ch04::FlatParam>(job, model, "root", root_params, setup.seed));
-  for (int l = 1; l <= L; ++l)
-    flats.push_back(std::make_unique<ch04::FlatParam>(job, model, "block" + std::to_string(l - 1), model.params_of_unit(l), setup.seed));
-  ch05::FsdpRuntime fsdp(dev, unshard, post, std::move(flats), options);
-  const int root = 0;
+  // 1. Chapter 04's FlatParams, one per unit, owned by the runtime.
+  ch05::FsdpRuntime fsdp(dev, unshard, post, ch05::wrap_units(job, model, setup.seed), options);
 
-  Event step_start, forward_done;  // on the compute stream, in the last step
+  // 2. The steps, each a sequence of hook calls (fsdp_step.h): root pre-forward, then per unit
+  //    pre-forward, forward, post-forward; from the head, pre-backward, backward, post-backward;
+  //    end of backward; the optimizer.
+  ch05::StepMarks marks;  // of the last step
   for (int64_t step = 0; step < setup.steps; ++step) {
     Job::Step s(job, first_step + step, total_steps);
-    step_start = dev.record(compute);
-    for (int u = 0; u < fsdp.units(); ++u) fsdp.flat(u).zero_grad(compute);
-    batch.load(model, step, 0);
-
-    // 2. Forward. The root's hooks wrap the whole model; each block's wrap the block.
-    fsdp.root_pre_forward();
-    fsdp.pre_forward(root);
-    model.forward(embeddings, compute);
-    for (int l = 1; l <= L; ++l) {
-      HostScope scope(dev, "forward block " + std::to_string(l - 1));
-      fsdp.pre_forward(l);
-      model.forward(l, compute);
-      fsdp.post_forward(l);
-    }
-    model.forward(head, compute);
-    fsdp.post_forward(root);
-    forward_done = dev.record(compute);
-
-    // 3. Backward, from the head. Autograd calls a unit's pre-backward hook when the gradient
-    //    reaches its output, and its post-backward hook when its parameters' gradients are
-    //    final: the root's only after the embeddings (the head shares their weight).
-    fsdp.pre_backward(root);
-    model.backward(head, compute);
-    for (int l = L; l >= 1; --l) {
-      HostScope scope(dev, "backward block " + std::to_string(l - 1));
-      fsdp.pre_backward(l);
-      model.backward(l, compute);
-      fsdp.post_backward(l);
-    }
-    model.backward(embeddings, compute);
-    fsdp.post_backward(root);
-    fsdp.end_of_backward();
-
-    // 4. AdamW on the local shards.
-    for (int u = 0; u < fsdp.units(); ++u) fsdp.flat(u).optimizer_step(compute, step, setup.adamw);
-    s.set_loss(model.mean_loss(compute));
-    s.set_tokens(batch.tokens_per_step());
+    marks = ch05::fsdp_step(s, job, fsdp, model, batch, setup, step);
   }
 
-  // 5. Where the last step's communication was exposed: in forward (from the step's start to
+  // 3. Where the last step's communication was exposed: in forward (from the step's start to
   //    the end of the head's forward on the compute stream) and in backward (the rest).
   ModeResult r;
   r.options = options;
   const RankTimeline& tl = dev.trace().timeline();
   const StepWindow& last = tl.steps.back();
-  const double split = last.start_us + dev.elapsed_us(step_start, forward_done);  // the step ended in a sync
+  const double split = last.start_us + dev.elapsed_us(marks.start, marks.forward_done);  // the step ended in a sync
   r.step_ms = (last.end_us - last.start_us) / 1000.0;
   r.forward_exposed_ms = range_metrics(tl, last.start_us, split).exposed_comm_us / 1000.0;
   r.backward_exposed_ms = range_metrics(tl, split, last.end_us).exposed_comm_us / 1000.0;
   r.peak_allocated_MiB = MiB(static_cast<double>(dev.allocator().peak_allocated()));
   r.formula_MiB = MiB(static_cast<double>(ch05::fsdp_peak_memory(model.config(), batch.rows(), setup.T, job.world_size(), options).total()));
 
-  // 6. Prefetching moves collectives; it never adds or drops one (checks.h).
+  // 4. Prefetching moves collectives; it never adds or drops one (checks.h).
   r.collectives = ch04::check_collective_counts(job, L, options.full_shard, first_step + setup.steps);
 
-  // 7. Prefetching changes when, never what: the shards equal single-rank training.
+  // 5. Prefetching changes when, never what: the shards equal single-rank training.
   std::vector<ch04::FlatParam*> units;
   for (int u = 0; u < fsdp.units(); ++u) units.push_back(&fsdp.flat(u));
   ch04::check_against_reference(job, setup, model, units);
@@ -196,7 +154,7 @@ void lesson(Job& job) {
     results.push_back(train_fsdp(job, setup, batch, model, configs[c], unshard, post, static_cast<int64_t>(c) * setup.steps, total));
   }
 
-  // 8. The figures: one configuration's, or the sweep's table (also in summary.json).
+  // 6. The figures: one configuration's, or the sweep's table (also in summary.json).
   if (!sweep) {
     const ModeResult& r = results[0];
     job.figure("step_ms", r.step_ms, "ms", "the last step");
