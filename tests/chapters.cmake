@@ -212,6 +212,7 @@ shardlab_readme_test(ch02 shardlab_ch02 02_naive_ddp)
 shardlab_readme_test(ch03 shardlab_ch03 03_bucketed_ddp)
 shardlab_readme_test(ch04 shardlab_ch04 04_fsdp)
 shardlab_readme_test(ch05 shardlab_ch05 05_prefetch)
+shardlab_readme_test(ch06 shardlab_ch06 06_rate_limit)
 
 # The local rank (on a GPU: which GPU a rank takes) comes from Open MPI's or Slurm's variable, else
 # from MPI; Slurm's is set by hand under mpirun here (tests/check_local_rank.py).
@@ -263,6 +264,7 @@ shardlab_reference_trace_test(ch02 shardlab_ch02 02_naive_ddp 4)
 shardlab_reference_trace_test(ch03 shardlab_ch03 03_bucketed_ddp 4)
 shardlab_reference_trace_test(ch04 shardlab_ch04 04_fsdp 4)
 shardlab_reference_trace_test(ch05 shardlab_ch05 05_prefetch 2 --model gpt2-small --global-batch 2 --seq-len 1024 --compute skip --steps 2)
+shardlab_reference_trace_test(ch06 shardlab_ch06 06_rate_limit 2 --model gpt2-small --global-batch 2 --seq-len 1024 --compute skip --steps 2)
 shardlab_reference_trace_test("ch05 (none)" shardlab_ch05 05_prefetch_none 2 --model gpt2-small --global-batch 2 --seq-len 1024 --compute skip --steps 2 --backward-prefetch none)
 
 # Notebooks are executed (Debian's jupyter-nbconvert). Each runs its chapter into the build tree.

@@ -30,6 +30,7 @@ namespace {
 TrainFlags train;
 std::string limit_all_gathers = "on";
 int64_t inflight = 2;
+bool forward_prefetch = false;
 
 void add_flags(Flags& f) {
   add_train_flags(f, train);
@@ -37,6 +38,7 @@ void add_flags(Flags& f) {
                "on: the CPU waits for the free of unit k - N before the all-gather of unit k (PyTorch's default); off: it never waits");
   f.add_int("inflight-all-gathers", &inflight, 1, 64,
             "N, the free events the limiter lets be in flight (_max_num_inflight_all_gathers, 2 in PyTorch)");
+  f.add_bool("forward-prefetch", &forward_prefetch, "chapter 05's forward prefetch (off by default, as in PyTorch)");
 }
 
 double MiB(double bytes) { return bytes / (1024.0 * 1024.0); }
@@ -44,9 +46,9 @@ double MiB(double bytes) { return bytes / (1024.0 * 1024.0); }
 void lesson(Job& job) {
   Device& dev = job.device();
   const bool limited = limit_all_gathers == "on";
-  const ch05::FsdpOptions options{true, ch05::BackwardPrefetch::pre, false};  // PyTorch's defaults
-  job.set_strategy(std::string("FSDP FULL_SHARD, BACKWARD_PRE, limit_all_gathers ") +
-                   (limited ? "on (" + std::to_string(inflight) + " in flight)" : "off"));
+  const ch05::FsdpOptions options{true, ch05::BackwardPrefetch::pre, forward_prefetch};  // PyTorch's defaults
+  job.set_strategy(std::string("FSDP FULL_SHARD, BACKWARD_PRE") + (forward_prefetch ? ", forward_prefetch" : "") +
+                   ", limit_all_gathers " + (limited ? "on (" + std::to_string(inflight) + " in flight)" : "off"));
   const TrainSetup setup = train_setup(train, job.steps(), job.flags().seed);
   ch02::BatchShare batch(job, setup, 1);
   GPT model(dev, GPTConfig::preset(setup.model), batch.rows(), setup.T);
