@@ -194,6 +194,9 @@ TEST_CASE("model: loads the reference traces and agrees with their summaries", "
       CHECK(lane_slices == x_events);
       CHECK(r.timeline.slices.size() == device_events);
       CHECK(r.timeline.allocator.size() == allocator_marks);
+      // ... and the same marks for the memory lane, each with its args for the tooltip.
+      REQUIRE(r.allocator.size() == allocator_marks);
+      for (const AllocatorMarker& a : r.allocator) CHECK(m.args_json[a.args].find("\"bytes\"") != std::string::npos);
       slices += lane_slices;
 
       // Lanes: the CPU thread first, then the device's streams in sort order, named by metadata.

@@ -352,6 +352,8 @@ TraceModel load_traces(const std::vector<std::string>& paths, const LoadProgress
       }
       model.events += l.slices.size();
     }
+    for (AllocatorMarker& a : r.allocator)
+      if (a.args) a.args += args_base;
     for (const Counter& c : r.counters) {
       for (const auto& [t, v] : c.samples) {
         model.start_us = std::min(model.start_us, t);

@@ -58,12 +58,21 @@ struct Flow {
   int64_t from_slice = -1, to_slice = -1;
 };
 
+// An allocator instant (segment malloc or free, alloc retry, out of memory), drawn on the
+// memory lane; its args (bytes, stream, released bytes, the request) are for the tooltip.
+struct AllocatorMarker {
+  double t_us = 0;
+  AllocatorEventKind kind = AllocatorEventKind::segment_malloc;
+  uint32_t args = 0;  // index into TraceModel::args_json (0: none)
+};
+
 struct Rank {
   int rank = 0;
   std::string file;
   std::vector<Lane> lanes;
   std::vector<Counter> counters;
   std::vector<Flow> flows;  // in order of from_us
+  std::vector<AllocatorMarker> allocator;  // in time order
   RankTimeline timeline;  // for common/trace/metrics.h
   size_t skipped = 0;     // events dropped as unusable (bad pid/tid types, non-finite or negative times, unmatched E)
   // "" unless the file says its run failed before the end (shardlab's otherData.incomplete):

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace shardlab {
@@ -56,6 +57,17 @@ enum class AllocatorEventKind : uint8_t {
   alloc_retry,     // no room: every event waited for, the cache released, the device asked again
   out_of_memory,   // the retry failed too
 };
+
+// "segment malloc", "segment free", "alloc retry", "out of memory": the names the trace gives them.
+inline std::string_view allocator_event_name(AllocatorEventKind kind) {
+  switch (kind) {
+    case AllocatorEventKind::segment_malloc: return "segment malloc";
+    case AllocatorEventKind::segment_free: return "segment free";
+    case AllocatorEventKind::alloc_retry: return "alloc retry";
+    case AllocatorEventKind::out_of_memory: return "out of memory";
+  }
+  return "?";
+}
 
 struct AllocatorMark {
   double t_us = 0;

@@ -267,16 +267,6 @@ void TraceRecorder::memory(int64_t ts_ns, int64_t allocated, int64_t reserved) {
   timeline_.memory.push_back({to_us(ts_ns), allocated, reserved});
 }
 
-std::string_view allocator_event_name(AllocatorEventKind kind) {
-  switch (kind) {
-    case AllocatorEventKind::segment_malloc: return "segment malloc";
-    case AllocatorEventKind::segment_free: return "segment free";
-    case AllocatorEventKind::alloc_retry: return "alloc retry";
-    case AllocatorEventKind::out_of_memory: return "out of memory";
-  }
-  return "?";
-}
-
 void TraceRecorder::allocator_event(AllocatorEventKind kind, int64_t ts_ns, const TraceArgs& args) {
   std::string line = "{\"ph\": \"i\", \"s\": \"p\", \"cat\": \"allocator\", \"name\": " +
                      json_string(allocator_event_name(kind)) + ", \"pid\": ";

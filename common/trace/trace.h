@@ -61,9 +61,6 @@ struct CollectiveArgs {
   int64_t seq = 0;
 };
 
-// "segment malloc", "segment free", "alloc retry", "out of memory": the names the trace gives them.
-std::string_view allocator_event_name(AllocatorEventKind kind);
-
 class TraceRecorder {
  public:
   static int host_pid(int rank) { return 100000 + rank; }  // deterministic, unlike an OS pid

@@ -204,6 +204,50 @@ void draw_counters(ImDrawList* dl, const Run& run, int rank_i, float y, const Ma
     }
     emit(width);
   }
+
+  // The allocator's moments over the graph: an alloc retry as a red wedge from the top, an
+  // out of memory as a magenta line through the lane, segment mallocs and frees as short
+  // yellow and grey ticks at the bottom.
+  const auto& marks = rank.allocator;
+  const double t0 = m.t0 - run.offset_us, t1 = m.t1 - run.offset_us;
+  auto it = std::partition_point(marks.begin(), marks.end(), [&](const AllocatorMarker& a) { return a.t_us < t0; });
+  for (; it != marks.end() && it->t_us <= t1; ++it) {
+    const float x = m.x(it->t_us + run.offset_us);
+    switch (it->kind) {
+      case AllocatorEventKind::alloc_retry:
+        dl->AddTriangleFilled({x - 5, y + 2}, {x + 5, y + 2}, {x, y + 12}, kRetryColor);
+        dl->AddLine({x, y + 2}, {x, bottom}, kRetryColor);
+        break;
+      case AllocatorEventKind::out_of_memory:
+        dl->AddLine({x, y + 2}, {x, bottom}, IM_COL32(230, 60, 230, 255), 3);
+        break;
+      case AllocatorEventKind::segment_malloc:
+        dl->AddLine({x, bottom - 6}, {x, bottom}, IM_COL32(230, 200, 60, 220));
+        break;
+      case AllocatorEventKind::segment_free:
+        dl->AddLine({x, bottom - 6}, {x, bottom}, IM_COL32(160, 160, 170, 220));
+        break;
+    }
+  }
+}
+
+const AllocatorMarker* allocator_marker_at(const Run& run, const Rank& rank, float mouse_x, const Mapping& m) {
+  const AllocatorMarker* best = nullptr;
+  float best_dx = kMarkerPickPx;
+  const double t0 = m.t(mouse_x - kMarkerPickPx) - run.offset_us, t1 = m.t(mouse_x + kMarkerPickPx) - run.offset_us;
+  auto it = std::partition_point(rank.allocator.begin(), rank.allocator.end(),
+                                 [&](const AllocatorMarker& a) { return a.t_us < t0; });
+  for (; it != rank.allocator.end() && it->t_us <= t1; ++it) {
+    const float dx = std::abs(m.x(it->t_us + run.offset_us) - mouse_x);
+    // A retry or an OOM wins over the ticks around it: they are what a user looks for.
+    const bool major = it->kind == AllocatorEventKind::alloc_retry || it->kind == AllocatorEventKind::out_of_memory;
+    if (dx <= best_dx || (major && best && dx <= kMarkerPickPx &&
+                          best->kind != AllocatorEventKind::alloc_retry && best->kind != AllocatorEventKind::out_of_memory)) {
+      best = &*it;
+      best_dx = dx;
+    }
+  }
+  return best;
 }
 
 // Arrows between a slice and each slice sharing its correlation, pointing as the work went:

@@ -13,6 +13,8 @@ namespace shardlab::viewer::app {
 constexpr float kRowHeight = 19;     // one depth level
 constexpr float kLanePad = 3;
 constexpr float kCounterHeight = 46;
+constexpr float kMarkerPickPx = 4;                          // hover distance to an allocator marker
+constexpr ImU32 kRetryColor = IM_COL32(240, 70, 70, 255);  // an alloc retry on the memory lane
 constexpr float kMinSlicePx = 3;     // narrower slices fold into one block (Tracy's trick)
 constexpr float kMaxFoldPx = 6;      // ... of at most this width, so the blocks trace how busy it is
 
@@ -45,6 +47,8 @@ inline float slice_top(float lane_y, int depth) { return lane_y + kLanePad + sta
 // One lane's slices at screen height y; sets app.hovered / f.hovered_fold under the mouse.
 void draw_lane(ImDrawList* dl, AppState& app, int run_i, int rank_i, int lane_i, float y, Frame& f);
 void draw_counters(ImDrawList* dl, const Run& run, int rank_i, float y, const Mapping& m);
+// The allocator marker of `rank` within kMarkerPickPx of the mouse, a retry or OOM first; else null.
+const AllocatorMarker* allocator_marker_at(const Run& run, const Rank& rank, float mouse_x, const Mapping& m);
 void draw_flows(ImDrawList* dl, const AppState& app, const SliceRef& ref, const Frame& f);
 // A collective's kernel on every rank (the visible ones): each outlined, a dot at each start and
 // a line through the starts from rank to rank, slanted where a rank started late; under each, a

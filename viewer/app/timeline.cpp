@@ -7,8 +7,11 @@
 #include <cmath>
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
+
 #include "lanes.h"
 #include "panels.h"
+#include "trace/timeline.h"
 
 namespace shardlab::viewer::app {
 namespace {
@@ -233,6 +236,19 @@ void timeline(AppState& app, float height) {
     } else if (f.hovered_counters) {
       const double t = f.map.t(ImGui::GetMousePos().x) - f.hovered_counters_run->offset_us;
       ImGui::BeginTooltip();
+      if (const AllocatorMarker* mark =
+              allocator_marker_at(*f.hovered_counters_run, *f.hovered_counters, ImGui::GetMousePos().x, f.map)) {
+        ImGui::Text("%s at %s", std::string(allocator_event_name(mark->kind)).c_str(), format_time(mark->t_us).c_str());
+        const nlohmann::json args =
+            nlohmann::json::parse(f.hovered_counters_run->model.args_json[mark->args], nullptr, false);
+        if (args.is_object())
+          for (const auto& [key, value] : args.items())
+            ImGui::Text("  %s: %s", key.c_str(),
+                        value.is_string()                         ? value.get<std::string>().c_str()
+                        : key.find("bytes") != std::string::npos ? format_bytes(value.get<double>()).c_str()
+                                                                  : value.dump().c_str());
+        ImGui::Separator();
+      }
       ImGui::Text("at %s", format_time(t).c_str());
       for (const Counter& c : f.hovered_counters->counters) {
         const auto it = std::partition_point(c.samples.begin(), c.samples.end(), [&](const auto& p) { return p.first <= t; });

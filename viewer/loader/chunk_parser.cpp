@@ -9,8 +9,6 @@
 #include <system_error>
 #include <utility>
 
-#include "trace/trace.h"
-
 namespace shardlab::viewer::loader {
 
 namespace {
@@ -410,7 +408,10 @@ void ChunkParser::finish_event() {
       if ((e.ph == 'i' || e.ph == 'I') && e.cat == "allocator") {  // shardlab's allocator instants
         for (auto kind : {AllocatorEventKind::segment_malloc, AllocatorEventKind::segment_free,
                           AllocatorEventKind::alloc_retry, AllocatorEventKind::out_of_memory})
-          if (e.name == allocator_event_name(kind)) part_.allocator.push_back({e.ts, kind});
+          if (e.name == allocator_event_name(kind)) {
+            part_.allocator.push_back({e.ts, kind});
+            part_.allocator_args.push_back(intern_args());
+          }
         return;
       }
       if ((e.ph == 'i' || e.ph == 'I') && e.name == "[memory]") {  // Kineto's memory events

@@ -116,6 +116,7 @@ struct Part {
   std::map<std::string, Samples, std::less<>> counters;  // in file order within each
   std::vector<MemorySample> memory;                     // in file order
   std::vector<AllocatorMark> allocator;                 // cat "allocator" instants, in file order
+  std::vector<uint32_t> allocator_args;                 // their args (Part::args), in the same order
   size_t skipped = 0;
 };
 

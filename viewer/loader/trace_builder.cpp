@@ -155,6 +155,10 @@ void Builder::add(Part& part) {
   }
   timeline_.memory.insert(timeline_.memory.end(), part.memory.begin(), part.memory.end());
   timeline_.allocator.insert(timeline_.allocator.end(), part.allocator.begin(), part.allocator.end());
+  for (size_t k = 0; k < part.allocator.size(); ++k) {
+    const uint32_t a = part.allocator_args[k];
+    markers_.push_back({part.allocator[k].t_us, part.allocator[k].kind, a ? args_base + a : 0});
+  }
   skipped_ += part.skipped;
   part = Part{};  // its memory goes now
 }
@@ -297,6 +301,9 @@ FileResult Builder::finish(std::optional<int> declared_rank) {
               [](const MemorySample& a, const MemorySample& b) { return a.t_us < b.t_us; });
   sort_stable(timeline_.allocator.begin(), timeline_.allocator.end(),
               [](const AllocatorMark& a, const AllocatorMark& b) { return a.t_us < b.t_us; });
+  sort_stable(markers_.begin(), markers_.end(),
+              [](const AllocatorMarker& a, const AllocatorMarker& b) { return a.t_us < b.t_us; });
+  r.allocator = std::move(markers_);
   r.timeline = std::move(timeline_);
 
   out.declared_rank = declared_rank;

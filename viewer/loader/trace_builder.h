@@ -74,6 +74,7 @@ class Builder {
   std::vector<FlowEnd> flow_ends_;
   std::vector<StepCandidate> steps_;
   RankTimeline timeline_;
+  std::vector<AllocatorMarker> markers_;
   size_t skipped_ = 0;
   std::vector<int> label_map_;
   std::vector<uint32_t> name_map_;
