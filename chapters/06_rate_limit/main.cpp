@@ -1,11 +1,12 @@
 // Chapter 06: the all-gather rate limiter, and the caching allocator it protects.
 //
 //   cmake --preset default && cmake --build --preset default
+//   (each command below is one line; the long ones wrap here)
 //   mpirun -np 4 build/chapters/shardlab_ch06                              # tiny GPT: trains, checks itself
-//   mpirun -np 8 build/chapters/shardlab_ch06 --model gpt-wide-13b --global-batch 8 --compute skip --limit-all-gathers off
-//                                                                          # the thrash: alloc retries
-//   mpirun -np 8 build/chapters/shardlab_ch06 --model gpt-wide-13b --global-batch 8 --compute skip
-//                                                                          # the limiter on: none
+//   mpirun -np 8 build/chapters/shardlab_ch06 --model gpt-15b --global-batch 8 --seq-len 1024
+//       --compute skip --steps 3 --limit-all-gathers off                  # the thrash: alloc retries
+//   mpirun -np 8 build/chapters/shardlab_ch06 --model gpt-15b --global-batch 8 --seq-len 1024
+//       --compute skip --steps 3                                          # the limiter on: none
 //
 // Chapter 05's FSDP, with PyTorch's defaults (FULL_SHARD, BACKWARD_PRE), and one addition:
 // before each all-gather the CPU may have to wait for the GPU to finish with the parameters it
@@ -57,9 +58,9 @@ void lesson(Job& job) {
   Stream& post = dev.create_stream("post_backward");
 
   // 1. Chapter 05's runtime; with the limiter, its two extension points hold the queue. Off,
-  //    the queue is there but never full, so the CPU never waits.
+  //    they do nothing: no free event is recorded and the CPU never waits, as in PyTorch.
   ch06::RateLimitedRuntime fsdp(dev, unshard, post, ch05::wrap_units(job, model, setup.seed), options,
-                                limited ? static_cast<int>(inflight) : INT32_MAX);
+                                limited ? std::optional<int>(static_cast<int>(inflight)) : std::nullopt);
   job.say("model " + setup.model + ": " + std::to_string(gpt_num_params(model.config())) + " parameters in " +
           std::to_string(fsdp.units()) + " FlatParams; " + std::to_string(job.world_size()) + " ranks on " +
           dev.profile().name + " (" + human_bytes(static_cast<double>(dev.allocator().capacity())) + " each)");
@@ -93,7 +94,7 @@ void lesson(Job& job) {
   job.figure("rate_limiter_wait_ms", static_cast<double>(fsdp.wait_ns() - wait_ns_before_last) / 1e6, "ms",
              "last step: the CPU's time in those synchronizations");
   job.figure("alloc_retries_total", static_cast<double>(stats.alloc_retries), "", "the whole run (num_alloc_retries)");
-  job.figure("free_events_most_queued", static_cast<double>(fsdp.queue().most_held()), "",
+  job.figure("free_events_most_queued", static_cast<double>(fsdp.free_events_most_queued()), "",
              "the most free events the queue ever held");
 
   // 4. The limiter changes when, never what: chapter 04's collectives, single-rank numerics.

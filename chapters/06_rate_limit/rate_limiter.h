@@ -55,21 +55,25 @@ class FreeEventQueue {
   size_t most_held_ = 0;
 };
 
-// Chapter 05's runtime with the limiter in its two extension points.
+// Chapter 05's runtime with the limiter in its two extension points. Without a queue length
+// (limit_all_gathers=False) there is no queue: PyTorch then records no free event at all.
 class RateLimitedRuntime : public ch05::FsdpRuntime {
  public:
   RateLimitedRuntime(Device& dev, Stream& unshard, Stream& post, std::vector<std::unique_ptr<ch04::FlatParam>> units,
-                     ch05::FsdpOptions options, int max_inflight)
-      : FsdpRuntime(dev, unshard, post, std::move(units), options), queue_(max_inflight) {}
+                     ch05::FsdpOptions options, std::optional<int> max_inflight)
+      : FsdpRuntime(dev, unshard, post, std::move(units), options) {
+    if (max_inflight) queue_.emplace(*max_inflight);
+  }
 
-  const FreeEventQueue& queue() const { return queue_; }
+  size_t free_events_most_queued() const { return queue_ ? queue_->most_held() : 0; }
   int64_t waits() const { return waits_; }          // rate_limiter synchronizations so far
   int64_t wait_ns() const { return wait_ns_; }      // the CPU time they took
 
  protected:
   // _unshard: before the all-gather, wait on the CPU for the oldest free if the queue is full.
   void before_unshard() override {
-    if (std::optional<Event> oldest = queue_.dequeue_if_needed()) {
+    if (!queue_) return;
+    if (std::optional<Event> oldest = queue_->dequeue_if_needed()) {
       HostScope scope(dev_, "FullyShardedDataParallel.rate_limiter");
       const int64_t t0 = dev_.now_ns();
       dev_.synchronize(*oldest);
@@ -79,10 +83,12 @@ class RateLimitedRuntime : public ch05::FsdpRuntime {
   }
 
   // _reshard: the memory was freed on the CPU; the event says when the GPU is done with it.
-  void after_free() override { queue_.enqueue(dev_.record(compute_)); }
+  void after_free() override {
+    if (queue_) queue_->enqueue(dev_.record(compute_));
+  }
 
  private:
-  FreeEventQueue queue_;
+  std::optional<FreeEventQueue> queue_;
   int64_t waits_ = 0, wait_ns_ = 0;
 };
 
