@@ -12,6 +12,10 @@
 //   shard = ceil(N / W) elements; rank r holds [r shard, (r + 1) shard) of the padded buffer;
 //   the last ranks hold the padding (zeros), possibly several of them, possibly nothing else.
 //
+// Groups: chapter 04 shards over the whole world. Chapter 07's HSDP shards over the ranks of one
+// node and keeps one such group per node: the gradient is then averaged over all of them, the
+// reduce-scatter inside the group and an all-reduce across the replicas (hsdp.h).
+//
 // Streams, as FSDP1's: all-gathers and the unsharded buffers' allocations on the unshard
 // stream (the compute stream waits for it before the unit runs); reduce-scatters on the
 // post-backward stream (it waits for the compute stream). A buffer used on a stream other than
@@ -57,13 +61,21 @@ inline GradientFactors gradient_factors(int world) {
   return {static_cast<double>(f), static_cast<double>(world) / f};
 }
 
+// The ranks a FlatParam is sharded over, and how many copies of that group average its gradient.
+struct ShardGroup {
+  Comm& comm;
+  int replicas = 1;
+};
+
 class FlatParam {
  public:
   // `params`: the model parameters this unit flattens, in order. Every rank starts from the same
   // initial values (they depend on the seed only) and keeps its shard of them.
   FlatParam(Job& job, GPT& model, std::string name, std::vector<int> params, uint64_t seed)
-      : job_(job), model_(model), name_(std::move(name)), params_(std::move(params)),
-        layout_{numel_of(model, params_), job.world_size()} {
+      : FlatParam(job, model, std::move(name), std::move(params), seed, {job.world()}) {}
+  FlatParam(Job& job, GPT& model, std::string name, std::vector<int> params, uint64_t seed, ShardGroup group)
+      : job_(job), model_(model), name_(std::move(name)), params_(std::move(params)), group_(group.comm),
+        replicas_(group.replicas), layout_{numel_of(model, params_), group.comm.size()} {
     Device& dev = job.device();
     Stream& s = dev.compute_stream();
     const int64_t n = layout_.shard();
@@ -74,7 +86,7 @@ class FlatParam {
     for (const Tensor* t : {&m_, &v_}) ops::fill(dev, s, *t, 0.0f);
     if (dev.computes()) {
       const std::vector<float> flat = initial_flat(model, seed);
-      copy_to_device(dev, s, shard_, flat.data() + job.rank() * n);
+      copy_to_device(dev, s, shard_, flat.data() + group_.rank() * n);
     }
   }
 
@@ -88,6 +100,8 @@ class FlatParam {
   const std::string& name() const { return name_; }
   const ShardLayout& layout() const { return layout_; }
   bool sharded() const { return layout_.world > 1; }  // world 1: NO_SHARD, as PyTorch falls back
+  // The ranks the gradient is averaged over: the group, times its replicas.
+  int grad_world() const { return layout_.world * replicas_; }
   bool unsharded() const { return full_.defined(); }
 
   // All-gather the shards into the whole padded flat buffer, on the unshard stream; the
@@ -98,7 +112,7 @@ class FlatParam {
       full_ = shard_;  // nothing to gather: the shard is the whole thing
     } else {
       full_ = dev.empty({layout_.padded()}, DType::f32, unshard_stream, name_ + ".unsharded");
-      job_.world().all_gather(shard_, full_, unshard_stream);
+      group_.all_gather(shard_, full_, unshard_stream);
     }
     ready_ = dev.record(unshard_stream);
     bind_views(model_.weights(), full_, model_.params(), params_);
@@ -123,7 +137,7 @@ class FlatParam {
   // parameters' gradients (backward accumulates into them).
   void begin_grad(Stream& compute) {
     Device& dev = job_.device();
-    if (!sharded()) {
+    if (grad_world() == 1) {
       full_grad_ = grad_shard_;  // NO_SHARD: accumulate straight into the local gradient
     } else {
       full_grad_ = dev.empty({layout_.padded()}, DType::f32, compute, name_ + ".unsharded_grad");
@@ -135,22 +149,40 @@ class FlatParam {
   // After this unit's backward: predivide, reduce-scatter (sum) on the post-backward stream,
   // postdivide, accumulate into this rank's gradient shard.
   void reduce_grad(Stream& compute, Stream& post) {
-    Device& dev = job_.device();
-    for (int i : params_) model_.grads()[static_cast<size_t>(i)] = Tensor{};
-    if (!sharded()) {
+    if (grad_world() == 1) {
+      release_grad_views();
       full_grad_ = Tensor{};
       return;
     }
-    const GradientFactors f = gradient_factors(layout_.world);
+    Tensor reduced = reduce_scatter_grad(compute, post);
+    accumulate_grad(reduced, post, post);
+  }
+
+  // reduce_grad in two halves, for chapter 07 to all-reduce across replicas between them.
+  // The first: predivide and reduce-scatter on `post`; returns this rank's shard of the sum,
+  // allocated on `post` (a group of one has nothing to scatter: the gradient itself).
+  Tensor reduce_scatter_grad(Stream& compute, Stream& post) {
+    Device& dev = job_.device();
+    release_grad_views();
     dev.wait(post, dev.record(compute));  // the gradients exist before they travel
-    ops::scale_(dev, post, full_grad_, static_cast<float>(1.0 / f.pre));
+    ops::scale_(dev, post, full_grad_, static_cast<float>(1.0 / gradient_factors(grad_world()).pre));
+    if (!sharded()) return full_grad_;
     Tensor reduced = dev.empty({layout_.shard()}, DType::f32, post, name_ + ".reduced_grad");
-    job_.world().reduce_scatter(full_grad_, reduced, ReduceOp::sum, post);
-    ops::scale_(dev, post, reduced, static_cast<float>(1.0 / f.post));
-    ops::add_(dev, post, grad_shard_, reduced);
-    dev.free(reduced);
-    // Allocated on the compute stream, last used on the post-backward stream.
+    group_.reduce_scatter(full_grad_, reduced, ReduceOp::sum, post);
+    return reduced;
+  }
+  // The second, on stream `s`: postdivide, accumulate into this rank's gradient shard, free.
+  void accumulate_grad(Tensor reduced, Stream& s, Stream& post) {
+    Device& dev = job_.device();
+    ops::scale_(dev, s, reduced, static_cast<float>(1.0 / gradient_factors(grad_world()).post));
+    ops::add_(dev, s, grad_shard_, reduced);
+    if (reduced.alloc_id != full_grad_.alloc_id) {
+      if (&s != &post) dev.record_stream(reduced, s);  // allocated on post, last used on s
+      dev.free(reduced);
+    }
+    // Allocated on the compute stream, last used on `post` (and on `s`, if it is the gradient).
     dev.record_stream(full_grad_, post);
+    if (&s != &post) dev.record_stream(full_grad_, s);
     dev.free(full_grad_);
   }
 
@@ -165,7 +197,7 @@ class FlatParam {
   std::vector<float> gather(Stream& s) {
     Device& dev = job_.device();
     Tensor all = dev.empty({layout_.padded()}, DType::f32, s, name_ + ".gathered");
-    if (sharded()) job_.world().all_gather(shard_, all, s);
+    if (sharded()) group_.all_gather(shard_, all, s);
     else ops::copy(dev, s, all, shard_);
     std::vector<float> host(static_cast<size_t>(layout_.padded()));
     copy_to_host(dev, s, host.data(), all);
@@ -177,6 +209,11 @@ class FlatParam {
   const std::vector<int>& params() const { return params_; }
 
  private:
+  // Autograd's gradients were views into the flat gradient: they end with it.
+  void release_grad_views() {
+    for (int i : params_) model_.grads()[static_cast<size_t>(i)] = Tensor{};
+  }
+
   static int64_t numel_of(const GPT& model, const std::vector<int>& params) {
     int64_t n = 0;
     for (int i : params) n += model.params()[static_cast<size_t>(i)].shape.numel();
@@ -200,6 +237,8 @@ class FlatParam {
   GPT& model_;
   std::string name_;
   std::vector<int> params_;
+  Comm& group_;
+  int replicas_;
   ShardLayout layout_;
   Tensor shard_, grad_shard_, m_, v_;  // persistent: this rank's 1/W
   Tensor full_, full_grad_;            // transient: the unsharded parameter and gradient

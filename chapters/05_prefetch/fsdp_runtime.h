@@ -85,7 +85,7 @@ class FsdpRuntime {
   // streams: `unshard` for the all-gathers and their buffers, `post` for the reduce-scatters.
   FsdpRuntime(Device& dev, Stream& unshard, Stream& post, std::vector<std::unique_ptr<ch04::FlatParam>> units,
               FsdpOptions options)
-      : dev_(dev), compute_(dev.compute_stream()), unshard_(unshard), post_(post), options_(options) {
+      : dev_(dev), compute_(dev.compute_stream()), post_(post), unshard_(unshard), options_(options) {
     for (auto& flat : units) units_.push_back({std::move(flat)});
   }
   virtual ~FsdpRuntime() = default;
@@ -143,24 +143,28 @@ class FsdpRuntime {
     Unit& x = unit(u);
     reshard(x);
     if (options_.backward_prefetch == BackwardPrefetch::post) prefetch(order_.backward_target(u), /*backward=*/true);
-    x.flat->reduce_grad(compute_, post_);
+    reduce_grad(*x.flat);
   }
 
   void end_of_backward() {
     HostScope scope(dev_, "FullyShardedDataParallel._post_backward_final_callback");
-    dev_.wait(compute_, dev_.record(post_));  // the optimizer needs every gradient shard
+    wait_for_gradients();  // the optimizer needs every gradient shard
     for (Unit& x : units_) x.prefetched = false, x.ran_pre_backward = false;
     order_.next_step();
   }
 
  protected:
-  // Where later chapters extend the runtime (chapter 06's rate limiter): called in every
+  // Where later chapters extend the runtime. Chapter 06's rate limiter: called in every
   // _unshard before its all-gather is issued, and after every reshard that freed memory.
   virtual void before_unshard() {}
   virtual void after_free() {}
+  // Chapter 07's HSDP: how a unit's gradient is reduced, and what the end of backward waits for.
+  virtual void reduce_grad(ch04::FlatParam& flat) { flat.reduce_grad(compute_, post_); }
+  virtual void wait_for_gradients() { dev_.wait(compute_, dev_.record(post_)); }
 
   Device& dev_;
   Stream& compute_;
+  Stream& post_;
 
  private:
   // A FlatParam and FSDP1's flags on its handle (FlatParamHandle).
@@ -202,7 +206,6 @@ class FsdpRuntime {
   }
 
   Stream& unshard_;
-  Stream& post_;
   FsdpOptions options_;
   std::vector<Unit> units_;
   ExecOrder order_;

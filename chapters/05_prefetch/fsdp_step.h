@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,15 +16,18 @@
 namespace ch05 {
 
 // Chapter 04's FlatParams: unit 0 is the root (embeddings, final norm, and so the tied head),
-// unit l the l-th block.
-inline std::vector<std::unique_ptr<ch04::FlatParam>> wrap_units(Job& job, GPT& model, uint64_t seed) {
+// unit l the l-th block. Sharded over `group` (chapter 07); over the world unless said.
+inline std::vector<std::unique_ptr<ch04::FlatParam>> wrap_units(Job& job, GPT& model, uint64_t seed,
+                                                                 std::optional<ch04::ShardGroup> group = std::nullopt) {
+  const ch04::ShardGroup g = group.value_or(ch04::ShardGroup{job.world()});
   const int L = static_cast<int>(model.config().layers);
   std::vector<int> root_params = model.params_of_unit(0);
   for (int i : model.params_of_unit(L + 1)) root_params.push_back(i);
   std::vector<std::unique_ptr<ch04::FlatParam>> units;
-  units.push_back(std::make_unique<ch04::FlatParam>(job, model, "root", root_params, seed));
+  units.push_back(std::make_unique<ch04::FlatParam>(job, model, "root", root_params, seed, g));
   for (int l = 1; l <= L; ++l)
-    units.push_back(std::make_unique<ch04::FlatParam>(job, model, "block" + std::to_string(l - 1), model.params_of_unit(l), seed));
+    units.push_back(
+        std::make_unique<ch04::FlatParam>(job, model, "block" + std::to_string(l - 1), model.params_of_unit(l), seed, g));
   return units;
 }
 
