@@ -107,9 +107,9 @@ TEST_CASE("collective_metrics: bytes, bandwidths and step assignment", "[metrics
   tl.rank = 1;
   tl.steps = {{1, 0, 100}, {2, 100, 200}};
   // 1e6 floats all-reduced in 1000 us: 4 MB / 1 ms = 4 GB/s.
-  tl.collectives = {{"allreduce", 1'000'000, 1'000'000, 4, 4, "0", 1, 10, 1010},
-                    {"allgather", 250'000, 1'000'000, 4, 4, "0", 2, 150, 1150},
-                    {"reduce_scatter", 1'000'000, 250'000, 2, 4, "0", 3, 250, 1250}};
+  tl.collectives = {{"allreduce", 1'000'000, 1'000'000, 4, 4, "0", 1, 10, 1010, "NVLink", LinkTierKind::intra_node},
+                    {"allgather", 250'000, 1'000'000, 4, 4, "0", 2, 150, 1150, "IB", LinkTierKind::network},
+                    {"reduce_scatter", 1'000'000, 250'000, 2, 4, "0", 3, 250, 1250, "", LinkTierKind::unknown}};
   const auto cm = collective_metrics(tl);
   REQUIRE(cm.size() == 3);
 
@@ -131,7 +131,7 @@ TEST_CASE("collective_metrics: bytes, bandwidths and step assignment", "[metrics
   CHECK(cm[2].algbw_GBps == Approx(2.0));
   CHECK(cm[2].busbw_GBps == Approx(1.5));
 
-  const CollectiveRecord send{"send", 10, 0, 8, 2, "pp", 1, 0, 0};
+  const CollectiveRecord send{"send", 10, 0, 8, 2, "pp", 1, 0, 0, "", LinkTierKind::unknown};
   CHECK(collective_bytes(send) == 80);
   CHECK(collective_metrics(RankTimeline{.rank = 0, .slices = {}, .collectives = {send}, .steps = {}, .memory = {}, .allocator = {}})
             .front()
