@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "trace/metrics.h"
+#include "trace/metrics_json.h"
 
 using namespace shardlab;
 
@@ -200,4 +201,40 @@ TEST_CASE("range_metrics scales to a million slices", "[metrics]") {
   CHECK(m.comm_us == Approx(2'000'000));
   CHECK(m.overlap_us == Approx(1'000'000));
   CHECK(m.idle_us == Approx(1'000'000));
+}
+
+TEST_CASE("metrics JSON: every figure under its name and unit, steps and windows alike", "[metrics]") {
+  StepMetrics s;
+  s.step = 2;
+  s.window_us = s.step_us = 100;
+  s.compute_us = 60;
+  s.copy_overlap_us = 3;
+  s.peak_allocated = 1 << 20;
+  s.segment_mallocs = 4;
+  s.intra_node_bytes = 3'000'000;
+  s.network_bytes = 5'333'333;
+  const nlohmann::json step = to_json(s), window = to_json(static_cast<const RangeMetrics&>(s));
+  const std::vector<std::string> figures = {
+      "compute_us",       "comm_us",        "overlap_us",      "exposed_comm_us", "comm_wait_us",
+      "memcpy_us",        "copy_overlap_us", "idle_us",        "peak_allocated_bytes", "peak_reserved_bytes",
+      "segment_mallocs",  "segment_frees",  "alloc_retries",   "ooms",            "intra_node_bytes",
+      "network_bytes"};
+  for (const std::string& key : figures) {
+    INFO(key);
+    CHECK(step.contains(key));
+    CHECK(step.at(key) == window.at(key));
+  }
+  CHECK(step.size() == figures.size() + 2);  // and "step", "step_us"
+  CHECK(step["step"] == 2);
+  CHECK(step["step_us"] == 100.0);
+  CHECK(window.size() == figures.size() + 1);  // and "window_us"
+  CHECK(window["window_us"] == 100.0);
+  CHECK(step["network_bytes"] == 5'333'333);
+  CHECK(step["copy_overlap_us"] == 3.0);
+
+  const CollectiveRecord ar{"allreduce", 1000, 1000, 4, 4, "0", 1, 0, 10, "NVLink4", LinkTierKind::intra_node};
+  const nlohmann::json c = to_json(collective_metrics(ar));
+  CHECK(c["link_tier"] == "intra-node");
+  CHECK(c["link_bytes"] == 6000);  // 4,000 bytes x 2(n-1)/n = 1.5
+  CHECK(c["bytes"] == 4000);
 }

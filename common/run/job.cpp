@@ -20,6 +20,7 @@
 
 #include "cuda/cuda_probe.h"
 #include "trace/metrics.h"
+#include "trace/metrics_json.h"
 #include "comm/mpi_comm.h"
 #include "device/sim_device.h"
 #ifdef SHARDLAB_WITH_CUDA
@@ -72,30 +73,6 @@ void broadcast(void* data, int count, MPI_Datatype type, const std::string& what
   MPI_Request request;
   MPI_Ibcast(data, count, type, 0, MPI_COMM_WORLD, &request);
   Watchdog::get().wait(request, what);
-}
-
-json to_json(const StepMetrics& m) {
-  return {{"step", m.step},
-          {"step_us", m.step_us},
-          {"compute_us", m.compute_us},
-          {"comm_us", m.comm_us},
-          {"overlap_us", m.overlap_us},
-          {"exposed_comm_us", m.exposed_comm_us},
-          {"comm_wait_us", m.comm_wait_us},
-          {"memcpy_us", m.memcpy_us},
-          {"idle_us", m.idle_us},
-          {"peak_allocated_bytes", m.peak_allocated},
-          {"peak_reserved_bytes", m.peak_reserved},
-          {"segment_mallocs", m.segment_mallocs},
-          {"segment_frees", m.segment_frees},
-          {"alloc_retries", m.alloc_retries},
-          {"ooms", m.ooms}};
-}
-
-json to_json(const CollectiveMetrics& c) {
-  return {{"name", c.name},   {"step", c.step},           {"group_size", c.group_size},
-          {"bytes", c.bytes}, {"time_us", c.time_us},     {"algbw_GBps", c.algbw_GBps},
-          {"busbw_GBps", c.busbw_GBps}};
 }
 
 // <trace-dir>/<run-name>, the run name defaulting to the chapter id.
