@@ -213,15 +213,6 @@ std::pair<std::unique_ptr<Device>, std::unique_ptr<Comm>> cuda_runtime(Profile p
 
 }  // namespace
 
-std::string human_bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
-  char buf[64];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
-  return buf;
-}
-
 Job::Job(const ChapterInfo& info, const CommonFlags& flags, json config, json placement, std::unique_ptr<Device> device,
          std::unique_ptr<Comm> world)
     : info_(info),

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <utility>
 
 namespace shardlab {
@@ -160,6 +161,15 @@ int64_t collective_bytes(const CollectiveRecord& c) {
   // is already the total. Everything else moves its input buffer.
   const int64_t nelems = gathers(normalized(c.name)) ? c.out_nelems : c.in_nelems;
   return nelems * c.dtype_bytes;
+}
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::abs(bytes) >= 1024 && u < 4) bytes /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return buf;
 }
 
 int64_t link_bytes(const CollectiveRecord& c) {

@@ -90,6 +90,10 @@ CollectiveMetrics collective_metrics(const CollectiveRecord& c);
 
 // nccl-tests' bus bandwidth factor for a collective name ("allreduce", "allgather", ...).
 double bus_factor(const std::string& collective, int group_size);
+// "1.25 GiB": bytes in binary units with two decimals (whole bytes under 1 KiB); a difference
+// keeps its sign. How the run's messages and the viewer write an amount of bytes.
+std::string human_bytes(double bytes);
+
 // Bytes S for the algbw of a collective record (see above).
 int64_t collective_bytes(const CollectiveRecord& c);
 // The bytes one rank sends over its link in the ring model: S x the bus factor (see above).

@@ -365,8 +365,8 @@ void Viewer::open_bar() {
   if (loading()) {
     const size_t done = loader_.done(), total = loader_.total();
     char text[64];
-    std::snprintf(text, sizeof text, "%s / %s", format_bytes(static_cast<double>(done)).c_str(),
-                  format_bytes(static_cast<double>(total)).c_str());
+    std::snprintf(text, sizeof text, "%s / %s", human_bytes(static_cast<double>(done)).c_str(),
+                  human_bytes(static_cast<double>(total)).c_str());
     ImGui::TextUnformatted("loading");
     ImGui::ProgressBar(total ? static_cast<float>(done) / static_cast<float>(total) : 0.f, {200, 0}, text);
     const bool cancel = ImGui::SmallButton("Cancel");
@@ -418,7 +418,7 @@ void Viewer::loading_window() {
   const size_t total = loader_.total();
   ImGui::SetCursorPos({io.DisplaySize.x * 0.3f, io.DisplaySize.y * 0.45f});
   ImGui::Text("Loading %s (%s)", label_of(loader_.request().paths).c_str(),
-              format_bytes(static_cast<double>(total)).c_str());
+              human_bytes(static_cast<double>(total)).c_str());
   ImGui::SetCursorPosX(io.DisplaySize.x * 0.3f);
   ImGui::ProgressBar(total ? static_cast<float>(loader_.done()) / static_cast<float>(total) : 0.f,
                      {io.DisplaySize.x * 0.4f, 0});
