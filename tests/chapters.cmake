@@ -353,3 +353,14 @@ if(TARGET shardlab-view AND XVFB_RUN)
     set_tests_properties("viewer: input replay: ${_name}" PROPERTIES TIMEOUT 180 RESOURCE_LOCK xvfb)
   endforeach()
 endif()
+
+# Bytes per link tier (common/trace/metrics.h, tests/check_link_bytes.py): on h100-2x8 (two nodes
+# of 8 GPUs) 4 ranks all sit on node 0, so every byte they send is intra-node; 16 span both
+# nodes, so every byte of the world's collectives crosses the network. Each step's counts in
+# summary.json must equal what the rank files' collective args give.
+set(tiers "--profile h100-2x8 --model tiny --compute skip --steps 2 --global-batch 16")
+set(check "${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_link_bytes.py")
+add_test(NAME "ch04: on h100-2x8, 4 ranks send every byte intra-node and 16 over the network, as summary.json counts them"
+         COMMAND sh -c "${MPIRUN_SH} -np 4 $<TARGET_FILE:shardlab_ch04> ${tiers} --trace-dir '${RUNS}' --run-name link_tiers_np4 > /dev/null && ${check} '${RUNS}/link_tiers_np4' --tier intra-node && ${MPIRUN_SH} -np 16 $<TARGET_FILE:shardlab_ch04> ${tiers} --trace-dir '${RUNS}' --run-name link_tiers_np16 > /dev/null && ${check} '${RUNS}/link_tiers_np16' --tier network")
+set_tests_properties("ch04: on h100-2x8, 4 ranks send every byte intra-node and 16 over the network, as summary.json counts them"
+                     PROPERTIES TIMEOUT 300 PROCESSORS 2)

@@ -126,11 +126,43 @@ TEST_CASE("mpi_comm: link_for picks intra-node until a group spans nodes", "[set
   CHECK(&link_for(p, {0, 8}) == &p.inter);
   CHECK(&link_for(p, {7, 8}) == &p.inter);
   CHECK(&link_for(p, {3}) == &p.intra);
+  CHECK(link_tier_of(p, {8, 9, 15}) == LinkTierKind::intra_node);
+  CHECK(link_tier_of(p, {7, 8}) == LinkTierKind::network);
 
   // A real two-node profile: at up to 4 ranks everyone sits on node 0.
   Fixture f(false, ComputeMode::real, "h100-2x8");
   CHECK(f.world->link().name == f.dev.profile().intra.name);
   CHECK(f.dev.profile().intra.name != f.dev.profile().inter.name);
+}
+
+TEST_CASE("mpi_comm: the trace names the link a rank's bytes leave by: the group's, a sendrecv's pair's", "[setup]") {
+  // Two nodes of two GPUs: ranks 0 and 1 on node 0, ranks 2 and 3 on node 1.
+  Profile p = load_profile("h100-2x8");
+  p.gpus_per_node = 2;
+  SimDevice dev(p, ComputeMode::real, world_rank(), world_size());
+  const auto world = MpiComm::world(dev, false);
+  const int rank = world_rank(), n = world_size();
+  const Tensor a = dev.empty(Shape{16}, DType::f32, dev.compute_stream(), "a");
+  const Tensor b = dev.empty(Shape{16}, DType::f32, dev.compute_stream(), "b");
+  fill(a, [&](int64_t i) { return value(rank, i); });
+  world->all_reduce(a, ReduceOp::sum, dev.compute_stream());
+  // A chain 0 -> 1 -> ... -> n-1: the last rank only receives, so its link is the one it
+  // receives over.
+  const int to = rank + 1 < n ? rank + 1 : -1, from = rank - 1;
+  if (n > 1) world->sendrecv(a, to, b, from, dev.compute_stream());
+
+  const auto& records = dev.trace().timeline().collectives;
+  REQUIRE(records.size() == (n > 1 ? 2u : 1u));
+  const bool one_node = n <= 2;
+  CHECK(records[0].link_tier == (one_node ? LinkTierKind::intra_node : LinkTierKind::network));
+  CHECK(records[0].link == (one_node ? p.intra.name : p.inter.name));
+  if (n > 1) {
+    const int peer = to >= 0 ? to : from;
+    const bool pair_on_one_node = p.node_of(peer) == p.node_of(rank);
+    CHECK(records[1].name == "sendrecv");
+    CHECK(records[1].link_tier == (pair_on_one_node ? LinkTierKind::intra_node : LinkTierKind::network));
+    CHECK(records[1].link == (pair_on_one_node ? p.intra.name : p.inter.name));
+  }
 }
 
 TEMPLATE_TEST_CASE("mpi_comm: all_reduce sum, avg and max at every count", "[collectives]", SimDevice, HostDevice) {

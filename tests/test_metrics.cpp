@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "trace/metrics.h"
+#include "trace/metrics_json.h"
 
 using namespace shardlab;
 
@@ -107,9 +108,9 @@ TEST_CASE("collective_metrics: bytes, bandwidths and step assignment", "[metrics
   tl.rank = 1;
   tl.steps = {{1, 0, 100}, {2, 100, 200}};
   // 1e6 floats all-reduced in 1000 us: 4 MB / 1 ms = 4 GB/s.
-  tl.collectives = {{"allreduce", 1'000'000, 1'000'000, 4, 4, "0", 1, 10, 1010},
-                    {"allgather", 250'000, 1'000'000, 4, 4, "0", 2, 150, 1150},
-                    {"reduce_scatter", 1'000'000, 250'000, 2, 4, "0", 3, 250, 1250}};
+  tl.collectives = {{"allreduce", 1'000'000, 1'000'000, 4, 4, "0", 1, 10, 1010, "NVLink", LinkTierKind::intra_node},
+                    {"allgather", 250'000, 1'000'000, 4, 4, "0", 2, 150, 1150, "IB", LinkTierKind::network},
+                    {"reduce_scatter", 1'000'000, 250'000, 2, 4, "0", 3, 250, 1250, "", LinkTierKind::unknown}};
   const auto cm = collective_metrics(tl);
   REQUIRE(cm.size() == 3);
 
@@ -121,21 +122,71 @@ TEST_CASE("collective_metrics: bytes, bandwidths and step assignment", "[metrics
   CHECK(cm[0].time_us == 1000);
   CHECK(cm[0].algbw_GBps == Approx(4.0));
   CHECK(cm[0].busbw_GBps == Approx(6.0));  // x 2(n-1)/n = 1.5
+  CHECK(cm[0].link == "NVLink");
+  CHECK(cm[0].link_tier == LinkTierKind::intra_node);
+  CHECK(cm[0].link_bytes == 6'000'000);  // busbw's bytes: 4 MB x 1.5
 
   CHECK(cm[1].step == 2);
   CHECK(cm[1].bytes == 4'000'000);  // the gathered output
   CHECK(cm[1].busbw_GBps == Approx(3.0));
+  CHECK(cm[1].link_tier == LinkTierKind::network);
+  CHECK(cm[1].link_bytes == 3'000'000);
 
   CHECK(cm[2].step == -1);          // starts after the last step
   CHECK(cm[2].bytes == 2'000'000);  // the full input
   CHECK(cm[2].algbw_GBps == Approx(2.0));
   CHECK(cm[2].busbw_GBps == Approx(1.5));
+  CHECK(cm[2].link_tier == LinkTierKind::unknown);
+  CHECK(cm[2].link_bytes == 1'500'000);  // a rank sends it whatever the trace says of the link
 
-  const CollectiveRecord send{"send", 10, 0, 8, 2, "pp", 1, 0, 0};
+  const CollectiveRecord send{"send", 10, 0, 8, 2, "pp", 1, 0, 0, "", LinkTierKind::unknown};
   CHECK(collective_bytes(send) == 80);
   CHECK(collective_metrics(RankTimeline{.rank = 0, .slices = {}, .collectives = {send}, .steps = {}, .memory = {}, .allocator = {}})
             .front()
             .algbw_GBps == 0);  // zero duration: no bandwidth rather than inf
+}
+
+TEST_CASE("range_metrics: link bytes by tier, as the ring model sends them, at group sizes 1 to 4", "[metrics]") {
+  RankTimeline tl;
+  tl.steps = {{1, 0, 100}, {2, 100, 200}};
+  auto record = [](std::string name, int64_t in, int64_t out, int dtype_bytes, int n, double start,
+                   LinkTierKind tier) {
+    return CollectiveRecord{std::move(name), in, out, dtype_bytes, n, "g", 1, start, start + 50,
+                            tier == LinkTierKind::unknown ? "" : "a link", tier};
+  };
+  tl.collectives = {
+      // Step 1.
+      // All-gather of 250,000 floats per rank into 1,000,000 over 4 ranks on one node:
+      // S = 4,000,000 bytes gathered, each rank sends (n-1)/n of it = 3,000,000.
+      record("allgather", 250'000, 1'000'000, 4, 4, 10, LinkTierKind::intra_node),
+      // All-reduce of 1,000,000 floats over 3 ranks across nodes: 2(n-1)/n x 4,000,000 =
+      // 5,333,333.33... bytes, 5,333,333 to the nearest byte. It ends after step 1 does, but
+      // counts where it starts.
+      record("allreduce", 1'000'000, 1'000'000, 4, 3, 80, LinkTierKind::network),
+      // Step 2.
+      // Reduce-scatter of 1,000,000 bf16 (2,000,000 bytes) over 2 ranks across nodes:
+      // (n-1)/n x 2,000,000 = 1,000,000.
+      record("reduce_scatter", 1'000'000, 500'000, 2, 2, 100, LinkTierKind::network),
+      // An all-reduce over 1 rank sends nothing: the factor 2(n-1)/n is 0.
+      record("allreduce", 4096, 4096, 4, 1, 120, LinkTierKind::network),
+      // A record that names no tier (a PyTorch trace) counts in neither.
+      record("allreduce", 1'000'000, 1'000'000, 4, 4, 130, LinkTierKind::unknown),
+      // Before the first step: in no step's window.
+      record("broadcast", 1000, 1000, 4, 4, -50, LinkTierKind::intra_node),
+  };
+  const auto steps = step_metrics(tl);
+  REQUIRE(steps.size() == 2);
+  CHECK(steps[0].intra_node_bytes == 3'000'000);
+  CHECK(steps[0].network_bytes == 5'333'333);
+  CHECK(steps[1].intra_node_bytes == 0);
+  CHECK(steps[1].network_bytes == 1'000'000 + 0);
+
+  // Any window: by start time, [t0, t1).
+  const RangeMetrics early = range_metrics(tl, -100, 80);  // the broadcast (4,000 B x 1) and the all-gather
+  CHECK(early.intra_node_bytes == 4'000 + 3'000'000);
+  CHECK(early.network_bytes == 0);
+  CHECK(range_metrics(tl, 80, 101).network_bytes == 5'333'333 + 1'000'000);
+  CHECK(range_metrics(tl, 200, 300).network_bytes == 0);
 }
 
 TEST_CASE("range_metrics scales to a million slices", "[metrics]") {
@@ -150,4 +201,40 @@ TEST_CASE("range_metrics scales to a million slices", "[metrics]") {
   CHECK(m.comm_us == Approx(2'000'000));
   CHECK(m.overlap_us == Approx(1'000'000));
   CHECK(m.idle_us == Approx(1'000'000));
+}
+
+TEST_CASE("metrics JSON: every figure under its name and unit, steps and windows alike", "[metrics]") {
+  StepMetrics s;
+  s.step = 2;
+  s.window_us = s.step_us = 100;
+  s.compute_us = 60;
+  s.copy_overlap_us = 3;
+  s.peak_allocated = 1 << 20;
+  s.segment_mallocs = 4;
+  s.intra_node_bytes = 3'000'000;
+  s.network_bytes = 5'333'333;
+  const nlohmann::json step = to_json(s), window = to_json(static_cast<const RangeMetrics&>(s));
+  const std::vector<std::string> figures = {
+      "compute_us",       "comm_us",        "overlap_us",      "exposed_comm_us", "comm_wait_us",
+      "memcpy_us",        "copy_overlap_us", "idle_us",        "peak_allocated_bytes", "peak_reserved_bytes",
+      "segment_mallocs",  "segment_frees",  "alloc_retries",   "ooms",            "intra_node_bytes",
+      "network_bytes"};
+  for (const std::string& key : figures) {
+    INFO(key);
+    CHECK(step.contains(key));
+    CHECK(step.at(key) == window.at(key));
+  }
+  CHECK(step.size() == figures.size() + 2);  // and "step", "step_us"
+  CHECK(step["step"] == 2);
+  CHECK(step["step_us"] == 100.0);
+  CHECK(window.size() == figures.size() + 1);  // and "window_us"
+  CHECK(window["window_us"] == 100.0);
+  CHECK(step["network_bytes"] == 5'333'333);
+  CHECK(step["copy_overlap_us"] == 3.0);
+
+  const CollectiveRecord ar{"allreduce", 1000, 1000, 4, 4, "0", 1, 0, 10, "NVLink4", LinkTierKind::intra_node};
+  const nlohmann::json c = to_json(collective_metrics(ar));
+  CHECK(c["link_tier"] == "intra-node");
+  CHECK(c["link_bytes"] == 6000);  // 4,000 bytes x 2(n-1)/n = 1.5
+  CHECK(c["bytes"] == 4000);
 }

@@ -54,6 +54,8 @@ TraceRecorder make_trace(int rank) {
   ar.group_name = "0";
   ar.group_ranks = "[0, 1, 2, 3]";
   ar.seq = 1;
+  ar.link = "InfiniBand NDR 400 Gb/s";
+  ar.link_tier = LinkTierKind::network;
   c = t.runtime_call("cudaLaunchKernel", 17'000, 300, true);
   t.collective(kComm, ar, 20'000, 30'000, 50'000, c);
   t.step(1, 0, 60'000);
@@ -244,6 +246,8 @@ TEST_CASE("trace events: times, nesting, flows, args, counters, steps, metadata"
       CHECK(a["dtype"] == "Float");
       CHECK(a["Process Group Name"] == "0");
       CHECK(a["Process Group Ranks"] == json::array({0, 1, 2, 3}));
+      CHECK(a["Link"] == "InfiniBand NDR 400 Gb/s");
+      CHECK(a["Link tier"] == "network");
       CHECK(a.contains("correlation"));
     }
     CHECK(kernels == 5);
@@ -313,6 +317,8 @@ TEST_CASE("trace timeline mirrors the device events", "[trace]") {
   CHECK(tl.collectives[0].start_us == 30.0);  // the data movement, the wait excluded
   CHECK(tl.collectives[0].end_us == 50.0);
   CHECK(tl.collectives[0].group_size == 4);
+  CHECK(tl.collectives[0].link == "InfiniBand NDR 400 Gb/s");
+  CHECK(tl.collectives[0].link_tier == LinkTierKind::network);
   CHECK(tl.collectives[1].seq == 2);
 
   std::map<SliceKind, int> kinds;

@@ -99,17 +99,51 @@ std::string nccl_kernel_name(CollectiveKind kind, ReduceOp op, DType dtype, std:
   return name;
 }
 
-const LinkTier& link_for(const Profile& profile, const std::vector<int>& world_ranks) {
+namespace {
+
+const LinkTier& link_of_tier(const Profile& profile, LinkTierKind tier) {
+  return tier == LinkTierKind::intra_node ? profile.intra : profile.inter;
+}
+
+}  // namespace
+
+LinkTierKind link_tier_of(const Profile& profile, const std::vector<int>& world_ranks) {
   const bool one_node = std::all_of(world_ranks.begin(), world_ranks.end(), [&](int r) {
     return profile.node_of(r) == profile.node_of(world_ranks.front());
   });
-  return one_node ? profile.intra : profile.inter;
+  return one_node ? LinkTierKind::intra_node : LinkTierKind::network;
+}
+
+const LinkTier& link_for(const Profile& profile, const std::vector<int>& world_ranks) {
+  return link_of_tier(profile, link_tier_of(profile, world_ranks));
 }
 
 std::string group_ranks_text(const std::vector<int>& world_ranks) {
   std::string s = "[";
   for (size_t i = 0; i < world_ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(world_ranks[i]);
   return s + "]";
+}
+
+CollectiveArgs collective_args(const Comm& c, const OperationArgs& op) {
+  const std::vector<int>& ranks = c.world_ranks();
+  const int peer = op.to >= 0 ? op.to : op.from;
+  const std::vector<int> link_ranks = peer >= 0 ? std::vector<int>{ranks[c.rank()], ranks[peer]} : ranks;
+  const Profile& profile = c.device().profile();
+  const LinkTierKind tier = link_tier_of(profile, link_ranks);
+  CollectiveArgs a;
+  a.name = op.name;
+  a.kernel_name = op.kernel_name;
+  a.in_nelems = op.in_nelems;
+  a.out_nelems = op.out_nelems;
+  a.dtype = std::string(kineto_dtype(op.dtype));
+  a.dtype_bytes = static_cast<int>(dtype_size(op.dtype));
+  a.group_size = c.size();
+  a.group_name = c.name();
+  a.group_ranks = group_ranks_text(ranks);
+  a.seq = op.seq;
+  a.link = link_of_tier(profile, tier).name;
+  a.link_tier = tier;
+  return a;
 }
 
 }  // namespace shardlab

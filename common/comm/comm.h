@@ -74,10 +74,26 @@ std::invalid_argument invalid_call(const Comm& c, std::string_view op, const std
 // kernel (src/device/generate.py: ncclDevKernel_<Coll>[_<RedOp>_<type>]_RING_<PROTO>).
 std::string_view nccl_api_name(CollectiveKind kind);
 std::string nccl_kernel_name(CollectiveKind kind, ReduceOp op, DType dtype, std::string_view protocol);
-// The link a group of ranks (ranks in the job) pays: the profile's intra-node tier when every
-// member sits on one node, the inter-node tier as soon as the group spans nodes.
+// The tier a group of ranks (ranks in the job) communicates over: intra-node when every member
+// sits on one node, network as soon as the group spans nodes.
+LinkTierKind link_tier_of(const Profile& profile, const std::vector<int>& world_ranks);
+// That tier's link in the profile (intra or inter), whose constants the cost model charges.
 const LinkTier& link_for(const Profile& profile, const std::vector<int>& world_ranks);
 // "[0, 1, 2, 3]": a group's ranks in the job, as Kineto's "Process Group Ranks" writes them.
 std::string group_ranks_text(const std::vector<int>& world_ranks);
+
+// The trace args of one operation on communicator c (`name` "allreduce", ..., "sendrecv";
+// `kernel_name` as nccl_kernel_name gives it), filled here for every communicator so the sim's
+// and the GPU's traces say the same. The link is the group's; for a sendrecv it is the pair's
+// that this rank sends over (to `to`), or receives over when it only receives (from `from`):
+// the bytes the metrics charge to a link are the ones this rank sends (metrics.h).
+struct OperationArgs {
+  std::string name, kernel_name;
+  int64_t in_nelems = 0, out_nelems = 0;
+  DType dtype = DType::f32;
+  int64_t seq = 0;
+  int to = -1, from = -1;  // sendrecv's peers (ranks of c); -1 for a collective
+};
+CollectiveArgs collective_args(const Comm& c, const OperationArgs& op);
 
 }  // namespace shardlab

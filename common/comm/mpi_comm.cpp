@@ -114,7 +114,6 @@ MpiComm::MpiComm(Device& dev, SimDevice* sim, MPI_Comm comm, std::string name, s
       link_(link_for(dev.profile(), world_ranks_)),
       message_limit_(INT_MAX) {
   MPI_Comm_rank(comm_, &rank_);
-  group_ranks_ = group_ranks_text(world_ranks_);
 }
 
 MpiComm::~MpiComm() {
@@ -399,24 +398,20 @@ std::pair<int64_t, int64_t> MpiComm::agree_p2p(const Call& call, int64_t ready_n
 }
 
 CollectiveArgs MpiComm::trace_args(const Call& call, int64_t seq) const {
-  CollectiveArgs a;
+  OperationArgs op{.name = "sendrecv",
+                   .kernel_name = "ncclDevKernel_SendRecv",
+                   .in_nelems = call.in_nelems,
+                   .out_nelems = call.out_nelems,
+                   .dtype = call.dtype,
+                   .seq = seq,
+                   .to = call.to,
+                   .from = call.from};
   if (call.kind) {
-    a.name = std::string(collective_name(*call.kind));
-    a.kernel_name = nccl_kernel_name(*call.kind, call.op, call.dtype,
-                                collective_protocol(link_, *call.kind, call.bytes(), size()));
-  } else {
-    a.name = "sendrecv";
-    a.kernel_name = "ncclDevKernel_SendRecv";
+    op.name = std::string(collective_name(*call.kind));
+    op.kernel_name = nccl_kernel_name(*call.kind, call.op, call.dtype,
+                                      collective_protocol(link_, *call.kind, call.bytes(), size()));
   }
-  a.in_nelems = call.in_nelems;
-  a.out_nelems = call.out_nelems;
-  a.dtype = std::string(kineto_dtype(call.dtype));
-  a.dtype_bytes = static_cast<int>(dtype_size(call.dtype));
-  a.group_size = size();
-  a.group_name = name_;
-  a.group_ranks = group_ranks_;
-  a.seq = seq;
-  return a;
+  return collective_args(*this, op);
 }
 
 // --- Data movement. Each MPI call carries at most message_limit_ elements (MPI counts are int).

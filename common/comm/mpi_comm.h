@@ -101,7 +101,6 @@ class MpiComm final : public Comm {
   MPI_Comm comm_;
   std::string name_;
   std::vector<int> world_ranks_;
-  std::string group_ranks_;  // world_ranks_ as a JSON list, for traces
   std::string waiting_for_;  // the operation under way, as a timeout names it
   int rank_ = 0;
   std::unique_ptr<MismatchCheck> check_;  // debug mode only

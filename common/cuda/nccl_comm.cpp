@@ -65,7 +65,6 @@ NcclComm::NcclComm(CudaDevice& dev, ncclComm_t comm, MPI_Comm mpi, std::string n
     : dev_(dev), comm_(comm), mpi_(mpi), name_(std::move(name)), world_ranks_(std::move(world_ranks)) {
   MPI_Comm_rank(mpi_, &rank_);
   if (debug) check_ = std::make_unique<MismatchCheck>(mpi_, name_, world_ranks_);
-  group_ranks_ = group_ranks_text(world_ranks_);
   CUDA_CHECK(cudaEventCreateWithFlags(&last_op_, cudaEventDisableTiming));
 }
 
@@ -109,20 +108,9 @@ void NcclComm::end(Stream& s, const Device::CollectiveMark& m, std::string_view 
   dev_.end_collective(s, m, api, a);
 }
 
-CollectiveArgs NcclComm::args(std::string name, std::string kernel, int64_t in_nelems, int64_t out_nelems,
-                              DType dtype) {
-  CollectiveArgs a;
-  a.name = std::move(name);
-  a.kernel_name = std::move(kernel);
-  a.in_nelems = in_nelems;
-  a.out_nelems = out_nelems;
-  a.dtype = std::string(kineto_dtype(dtype));
-  a.dtype_bytes = static_cast<int>(dtype_size(dtype));
-  a.group_size = size();
-  a.group_name = name_;
-  a.group_ranks = group_ranks_;
-  a.seq = ++seq_;
-  return a;
+CollectiveArgs NcclComm::args(OperationArgs op) {
+  op.seq = ++seq_;
+  return collective_args(*this, op);
 }
 
 namespace {
@@ -145,8 +133,11 @@ void NcclComm::all_reduce(const Tensor& buf, ReduceOp op, Stream& s) {
   NCCL_CHECK(ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.numel()), nccl_type(buf.dtype), nccl_op(op),
                            comm_, stream_of(s)));
   end(s, m, "ncclAllReduce",
-      args("allreduce", predicted_kernel(dev_, world_ranks_, CollectiveKind::all_reduce, op, buf.dtype, bytes),
-           buf.numel(), buf.numel(), buf.dtype));
+      args({.name = "allreduce",
+            .kernel_name = predicted_kernel(dev_, world_ranks_, CollectiveKind::all_reduce, op, buf.dtype, bytes),
+            .in_nelems = buf.numel(),
+            .out_nelems = buf.numel(),
+            .dtype = buf.dtype}));
 }
 
 void NcclComm::reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op, Stream& s) {
@@ -157,10 +148,12 @@ void NcclComm::reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp o
   NCCL_CHECK(ncclReduceScatter(send.data, recv.data, static_cast<size_t>(recv.numel()), nccl_type(send.dtype),
                                nccl_op(op), comm_, stream_of(s)));
   end(s, m, "ncclReduceScatter",
-      args("reduce_scatter",
-           predicted_kernel(dev_, world_ranks_, CollectiveKind::reduce_scatter, op, send.dtype,
-                            static_cast<double>(send.bytes())),
-           send.numel(), recv.numel(), send.dtype));
+      args({.name = "reduce_scatter",
+            .kernel_name = predicted_kernel(dev_, world_ranks_, CollectiveKind::reduce_scatter, op, send.dtype,
+                                            static_cast<double>(send.bytes())),
+            .in_nelems = send.numel(),
+            .out_nelems = recv.numel(),
+            .dtype = send.dtype}));
 }
 
 void NcclComm::all_gather(const Tensor& send, const Tensor& recv, Stream& s) {
@@ -171,10 +164,12 @@ void NcclComm::all_gather(const Tensor& send, const Tensor& recv, Stream& s) {
   NCCL_CHECK(ncclAllGather(send.data, recv.data, static_cast<size_t>(send.numel()), nccl_type(send.dtype), comm_,
                            stream_of(s)));
   end(s, m, "ncclAllGather",
-      args("allgather",
-           predicted_kernel(dev_, world_ranks_, CollectiveKind::all_gather, ReduceOp::sum, send.dtype,
-                            static_cast<double>(recv.bytes())),
-           send.numel(), recv.numel(), send.dtype));
+      args({.name = "allgather",
+            .kernel_name = predicted_kernel(dev_, world_ranks_, CollectiveKind::all_gather, ReduceOp::sum, send.dtype,
+                                            static_cast<double>(recv.bytes())),
+            .in_nelems = send.numel(),
+            .out_nelems = recv.numel(),
+            .dtype = send.dtype}));
 }
 
 void NcclComm::broadcast(const Tensor& buf, int root, Stream& s) {
@@ -184,10 +179,12 @@ void NcclComm::broadcast(const Tensor& buf, int root, Stream& s) {
   NCCL_CHECK(ncclBroadcast(buf.data, buf.data, static_cast<size_t>(buf.numel()), nccl_type(buf.dtype), root, comm_,
                            stream_of(s)));
   end(s, m, "ncclBroadcast",
-      args("broadcast",
-           predicted_kernel(dev_, world_ranks_, CollectiveKind::broadcast, ReduceOp::sum, buf.dtype,
-                            static_cast<double>(buf.bytes())),
-           buf.numel(), buf.numel(), buf.dtype));
+      args({.name = "broadcast",
+            .kernel_name = predicted_kernel(dev_, world_ranks_, CollectiveKind::broadcast, ReduceOp::sum, buf.dtype,
+                                            static_cast<double>(buf.bytes())),
+            .in_nelems = buf.numel(),
+            .out_nelems = buf.numel(),
+            .dtype = buf.dtype}));
 }
 
 void NcclComm::sendrecv(const Tensor& send, int to, const Tensor& recv, int from, Stream& s) {
@@ -204,8 +201,13 @@ void NcclComm::sendrecv(const Tensor& send, int to, const Tensor& recv, int from
     NCCL_CHECK(ncclRecv(recv.data, static_cast<size_t>(recv.numel()), nccl_type(recv.dtype), from, comm_, stream_of(s)));
   NCCL_CHECK(ncclGroupEnd());
   end(s, m, "ncclGroupEnd",
-      args("sendrecv", "ncclDevKernel_SendRecv", to >= 0 ? send.numel() : 0, from >= 0 ? recv.numel() : 0,
-           to >= 0 ? send.dtype : recv.dtype));
+      args({.name = "sendrecv",
+            .kernel_name = "ncclDevKernel_SendRecv",
+            .in_nelems = to >= 0 ? send.numel() : 0,
+            .out_nelems = from >= 0 ? recv.numel() : 0,
+            .dtype = to >= 0 ? send.dtype : recv.dtype,
+            .to = to,
+            .from = from}));
 }
 
 void NcclComm::barrier() {

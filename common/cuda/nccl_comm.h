@@ -65,14 +65,13 @@ class NcclComm final : public Comm {
   // Around every operation: order after this communicator's previous one, time it, trace it.
   Device::CollectiveMark begin(Stream& s);
   void end(Stream& s, const Device::CollectiveMark& m, std::string_view api, CollectiveArgs args);
-  CollectiveArgs args(std::string name, std::string kernel, int64_t in_nelems, int64_t out_nelems, DType dtype);
+  CollectiveArgs args(OperationArgs op);  // numbers it (Seq), then comm.h's collective_args
 
   CudaDevice& dev_;
   ncclComm_t comm_;
   MPI_Comm mpi_;  // the same members over MPI: for split's bookkeeping, barrier and debug mode
   std::string name_;
   std::vector<int> world_ranks_;
-  std::string group_ranks_;
   int rank_ = 0;
   std::unique_ptr<MismatchCheck> check_;  // debug mode only
   cudaEvent_t last_op_ = nullptr;  // end of the previous operation, on whatever stream it ran

@@ -13,9 +13,10 @@
 
 #include <algorithm>
 #include <compare>
-#include <cstdio>
 #include <iterator>
 #include <utility>
+
+#include "trace/metrics.h"
 
 namespace shardlab {
 
@@ -23,20 +24,7 @@ namespace {
 
 // "1.50 GiB (1610612736 bytes)": readable, and still exact for anyone comparing numbers.
 std::string format_bytes(size_t bytes) {
-  char readable[32];
-  if (bytes < 1024) {
-    std::snprintf(readable, sizeof readable, "%zu B", bytes);
-  } else {
-    static constexpr const char* kUnits[] = {"KiB", "MiB", "GiB"};
-    double value = static_cast<double>(bytes) / 1024.0;
-    size_t unit = 0;
-    while (value >= 1024.0 && unit + 1 < std::size(kUnits)) {
-      value /= 1024.0;
-      ++unit;
-    }
-    std::snprintf(readable, sizeof readable, "%.2f %s", value, kUnits[unit]);
-  }
-  return std::string(readable) + " (" + std::to_string(bytes) + " bytes)";
+  return human_bytes(static_cast<double>(bytes)) + " (" + std::to_string(bytes) + " bytes)";
 }
 
 // A small request shares a 2 MiB segment; a mid-size one a 20 MiB segment, whose rest serves

@@ -20,6 +20,7 @@
 
 #include "cuda/cuda_probe.h"
 #include "trace/metrics.h"
+#include "trace/metrics_json.h"
 #include "comm/mpi_comm.h"
 #include "device/sim_device.h"
 #ifdef SHARDLAB_WITH_CUDA
@@ -72,30 +73,6 @@ void broadcast(void* data, int count, MPI_Datatype type, const std::string& what
   MPI_Request request;
   MPI_Ibcast(data, count, type, 0, MPI_COMM_WORLD, &request);
   Watchdog::get().wait(request, what);
-}
-
-json to_json(const StepMetrics& m) {
-  return {{"step", m.step},
-          {"step_us", m.step_us},
-          {"compute_us", m.compute_us},
-          {"comm_us", m.comm_us},
-          {"overlap_us", m.overlap_us},
-          {"exposed_comm_us", m.exposed_comm_us},
-          {"comm_wait_us", m.comm_wait_us},
-          {"memcpy_us", m.memcpy_us},
-          {"idle_us", m.idle_us},
-          {"peak_allocated_bytes", m.peak_allocated},
-          {"peak_reserved_bytes", m.peak_reserved},
-          {"segment_mallocs", m.segment_mallocs},
-          {"segment_frees", m.segment_frees},
-          {"alloc_retries", m.alloc_retries},
-          {"ooms", m.ooms}};
-}
-
-json to_json(const CollectiveMetrics& c) {
-  return {{"name", c.name},   {"step", c.step},           {"group_size", c.group_size},
-          {"bytes", c.bytes}, {"time_us", c.time_us},     {"algbw_GBps", c.algbw_GBps},
-          {"busbw_GBps", c.busbw_GBps}};
 }
 
 // <trace-dir>/<run-name>, the run name defaulting to the chapter id.
@@ -235,15 +212,6 @@ std::pair<std::unique_ptr<Device>, std::unique_ptr<Comm>> cuda_runtime(Profile p
 #endif
 
 }  // namespace
-
-std::string human_bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
-  char buf[64];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
-  return buf;
-}
 
 Job::Job(const ChapterInfo& info, const CommonFlags& flags, json config, json placement, std::unique_ptr<Device> device,
          std::unique_ptr<Comm> world)

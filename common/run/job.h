@@ -36,6 +36,7 @@
 #include "comm/watchdog.h"
 #include "device/device.h"
 #include "run/flags.h"
+#include "trace/metrics.h"  // human_bytes, for the chapters' messages
 
 namespace shardlab {
 
@@ -163,8 +164,5 @@ using AddFlags = std::function<void(Flags&)>;
 using Lesson = std::function<void(Job&)>;
 
 int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& add_flags, const Lesson& lesson);
-
-// "1.23 GiB" (binary units, two decimals).
-std::string human_bytes(double bytes);
 
 }  // namespace shardlab

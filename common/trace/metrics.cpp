@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdio>
 #include <utility>
 
 namespace shardlab {
@@ -120,6 +122,14 @@ RangeMetrics range_metrics(const RankTimeline& tl, double t0_us, double t1_us) {
       case AllocatorEventKind::out_of_memory: ++m.ooms; break;
     }
   }
+  for (const CollectiveRecord& c : tl.collectives) {
+    if (c.start_us < t0_us || c.start_us >= t1_us) continue;
+    switch (c.link_tier) {
+      case LinkTierKind::intra_node: m.intra_node_bytes += link_bytes(c); break;
+      case LinkTierKind::network: m.network_bytes += link_bytes(c); break;
+      case LinkTierKind::unknown: break;
+    }
+  }
   return m;
 }
 
@@ -153,24 +163,45 @@ int64_t collective_bytes(const CollectiveRecord& c) {
   return nelems * c.dtype_bytes;
 }
 
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::abs(bytes) >= 1024 && u < 4) bytes /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+int64_t link_bytes(const CollectiveRecord& c) {
+  return std::llround(static_cast<double>(collective_bytes(c)) * bus_factor(c.name, c.group_size));
+}
+
+CollectiveMetrics collective_metrics(const CollectiveRecord& c) {
+  CollectiveMetrics m;
+  m.name = c.name;
+  m.group_size = c.group_size;
+  m.bytes = collective_bytes(c);
+  m.time_us = c.end_us - c.start_us;
+  if (m.time_us > 0) {
+    m.algbw_GBps = static_cast<double>(m.bytes) / (m.time_us * 1e3);  // bytes/us = 1e-3 GB/s
+    m.busbw_GBps = m.algbw_GBps * bus_factor(c.name, c.group_size);
+  }
+  m.link = c.link;
+  m.link_tier = c.link_tier;
+  m.link_bytes = link_bytes(c);
+  return m;
+}
+
 std::vector<CollectiveMetrics> collective_metrics(const RankTimeline& tl) {
   std::vector<CollectiveMetrics> out;
   out.reserve(tl.collectives.size());
   for (const CollectiveRecord& c : tl.collectives) {
-    CollectiveMetrics m;
+    CollectiveMetrics m = collective_metrics(c);
     m.rank = tl.rank;
     // Step windows are in time order: the candidate is the last one starting at or before c.
     auto w = std::upper_bound(tl.steps.begin(), tl.steps.end(), c.start_us,
                               [](double t, const StepWindow& s) { return t < s.start_us; });
     if (w != tl.steps.begin() && c.start_us < std::prev(w)->end_us) m.step = std::prev(w)->step;
-    m.name = c.name;
-    m.group_size = c.group_size;
-    m.bytes = collective_bytes(c);
-    m.time_us = c.end_us - c.start_us;
-    if (m.time_us > 0) {
-      m.algbw_GBps = static_cast<double>(m.bytes) / (m.time_us * 1e3);  // bytes/us = 1e-3 GB/s
-      m.busbw_GBps = m.algbw_GBps * bus_factor(c.name, c.group_size);
-    }
     out.push_back(m);
   }
   return out;

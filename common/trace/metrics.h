@@ -11,10 +11,27 @@
 //   (copies hidden under compute on another stream: chapter 00).
 // - idle: window - |compute ∪ comm ∪ memcpy|: no device work at all.
 // - peak allocated / reserved: the largest counter value in effect during the window.
+// - intra-node bytes / network bytes: for each collective whose start lies in the window, the
+//   bytes this rank sends over its link (link bytes, below), added to the tier its record names
+//   (intra-node: NVLink or PCIe inside a node; network: between nodes). Records that name no
+//   tier (PyTorch's traces) count in neither.
 // Per collective: bytes S (all-reduce, broadcast: the buffer; all-gather and reduce-scatter: the
 // gathered total; send/recv: what is sent), algbw = S / t, busbw = algbw x factor with
 // factor 2(n-1)/n (all-reduce), (n-1)/n (all-gather, reduce-scatter), 1 (broadcast, send/recv),
-// as nccl-tests defines them (doc/PERFORMANCE.md).
+// as nccl-tests defines them (doc/PERFORMANCE.md). Link bytes = S x factor, to the nearest byte:
+// what one rank sends in NCCL's ring algorithm (all-reduce: 2(n-1) chunks of S/n; all-gather and
+// reduce-scatter: n-1 chunks; broadcast: the buffer, forwarded; n = 1: nothing), the bytes whose
+// time busbw measures. The model ignores NCCL's other algorithms (tree, NVLS, CollNet), which
+// move other amounts, and protocol overheads (LL's flags).
+// Its assumption for a group that spans nodes: all of a rank's share is network bytes, as the
+// sim's cost model charges all of it at the network tier's busbw. That holds exactly where the
+// group has one member per node (an HSDP replica group): every ring hop leaves a node. With g
+// members per node only the hops that cross a node boundary use a NIC; NCCL runs one ring per
+// channel, each leaving a node through another GPU's NIC, so with one NIC per GPU a rank's own
+// NIC carries about 1/g of its share and NVLink the rest, and the ring's busbw approaches g
+// NICs' bandwidth (two nodes of four A100s: busbw 78 GB/s over four 200 Gb/s NICs, 45 over two;
+// https://github.com/NVIDIA/nccl-tests/issues/277). So read network bytes as what a rank sends
+// in collectives that the network paces.
 #pragma once
 
 #include <string>
@@ -38,6 +55,8 @@ struct RangeMetrics {
   int64_t peak_reserved = 0;
   // The allocator's instants in the window (torch.cuda.memory_stats() counts the same things).
   int64_t segment_mallocs = 0, segment_frees = 0, alloc_retries = 0, ooms = 0;
+  // Link bytes of the collectives that start in the window, by the tier they crossed.
+  int64_t intra_node_bytes = 0, network_bytes = 0;
 };
 
 struct StepMetrics : RangeMetrics {
@@ -55,6 +74,9 @@ struct CollectiveMetrics {
   double time_us = 0;
   double algbw_GBps = 0;  // 1 GB = 1e9 bytes
   double busbw_GBps = 0;
+  std::string link;       // the record's "Link" ("" if the trace does not say)
+  LinkTierKind link_tier = LinkTierKind::unknown;
+  int64_t link_bytes = 0;  // what this rank sends over that link
 };
 
 // Union length of intervals [a, b) clipped to [t0, t1).
@@ -63,10 +85,18 @@ double union_length(std::vector<std::pair<double, double>> intervals, double t0,
 RangeMetrics range_metrics(const RankTimeline& tl, double t0_us, double t1_us);
 std::vector<StepMetrics> step_metrics(const RankTimeline& tl);
 std::vector<CollectiveMetrics> collective_metrics(const RankTimeline& tl);
+// One record's figures (rank 0, step -1: a lone record knows neither).
+CollectiveMetrics collective_metrics(const CollectiveRecord& c);
 
 // nccl-tests' bus bandwidth factor for a collective name ("allreduce", "allgather", ...).
 double bus_factor(const std::string& collective, int group_size);
+// "1.25 GiB": bytes in binary units with two decimals (whole bytes under 1 KiB); a difference
+// keeps its sign. How the run's messages and the viewer write an amount of bytes.
+std::string human_bytes(double bytes);
+
 // Bytes S for the algbw of a collective record (see above).
 int64_t collective_bytes(const CollectiveRecord& c);
+// The bytes one rank sends over its link in the ring model: S x the bus factor (see above).
+int64_t link_bytes(const CollectiveRecord& c);
 
 }  // namespace shardlab

@@ -27,6 +27,28 @@ struct DeviceSlice {
   int32_t collective = -1;  // index into RankTimeline::collectives for comm slices
 };
 
+// The link tier a collective's bytes crossed, as the sim decides it (comm.h, link_for): inside
+// one node (NVLink, PCIe) or between nodes (the network). Traces that do not say (PyTorch's
+// profiler writes no such arg) leave it unknown.
+enum class LinkTierKind : uint8_t { unknown, intra_node, network };
+
+// "intra-node", "network": the trace's "Link tier" values; "unknown" for a trace that gives none.
+inline std::string_view link_tier_name(LinkTierKind tier) {
+  switch (tier) {
+    case LinkTierKind::intra_node: return "intra-node";
+    case LinkTierKind::network: return "network";
+    case LinkTierKind::unknown: break;
+  }
+  return "unknown";
+}
+
+// The tier a "Link tier" value names; unknown for anything else.
+inline LinkTierKind link_tier_from_name(std::string_view name) {
+  if (name == link_tier_name(LinkTierKind::intra_node)) return LinkTierKind::intra_node;
+  if (name == link_tier_name(LinkTierKind::network)) return LinkTierKind::network;
+  return LinkTierKind::unknown;
+}
+
 // One collective (or send/recv) as NCCL-style args describe it.
 struct CollectiveRecord {
   std::string name;         // "allreduce", "reduce_scatter", "allgather", "broadcast", "sendrecv", ...
@@ -37,6 +59,8 @@ struct CollectiveRecord {
   std::string group;        // "Process Group Name"
   int64_t seq = 0;          // "Seq"
   double start_us = 0, end_us = 0;  // the data movement itself (waiting excluded)
+  std::string link;         // "Link": the tier's name in the profile, "NVLink4 (NVSwitch)" ("" if not given)
+  LinkTierKind link_tier = LinkTierKind::unknown;  // "Link tier"
 };
 
 struct StepWindow {

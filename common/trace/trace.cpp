@@ -235,7 +235,7 @@ void TraceRecorder::collective(int stream, const CollectiveArgs& c, int64_t wait
                                int64_t end_ns, uint64_t correlation) {
   const auto index = static_cast<int32_t>(timeline_.collectives.size());
   timeline_.collectives.push_back({c.name, c.in_nelems, c.out_nelems, c.dtype_bytes, c.group_size, c.group_name,
-                                   c.seq, to_us(start_ns), to_us(end_ns)});
+                                   c.seq, to_us(start_ns), to_us(end_ns), c.link, c.link_tier});
   const bool waits = wait_start_ns < start_ns;
   if (waits) {
     // Named nccl... too: on a real GPU the wait happens inside the NCCL kernel. The correlation
@@ -252,7 +252,9 @@ void TraceRecorder::collective(int stream, const CollectiveArgs& c, int64_t wait
       .add("dtype", c.dtype)
       .add("Process Group Name", c.group_name)
       .add_raw("Process Group Ranks", c.group_ranks)
-      .add("Seq", c.seq);
+      .add("Seq", c.seq)
+      .add("Link", c.link)
+      .add("Link tier", link_tier_name(c.link_tier));
   device_slice(stream, "kernel", c.kernel_name, start_ns, end_ns - start_ns, args, SliceKind::comm, index);
   // The launch's arrow lands where the stream first became busy with it.
   if (correlation != 0) flow_end(stream, correlation, waits ? wait_start_ns : start_ns);

@@ -59,6 +59,10 @@ struct CollectiveArgs {
   std::string group_name;     // "Process Group Name"
   std::string group_ranks;    // "Process Group Ranks", e.g. "[0, 1, 2, 3]"
   int64_t seq = 0;
+  // Ours, after Kineto's: the link this rank's bytes cross ("Link": the profile's name for the
+  // tier, "Link tier": intra-node or network; comm.h, collective_args).
+  std::string link;
+  LinkTierKind link_tier = LinkTierKind::unknown;
 };
 
 class TraceRecorder {

@@ -279,15 +279,6 @@ std::string format_time(double us) {
   return buf;
 }
 
-std::string format_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (std::abs(b) >= 1024 && u < 4) b /= 1024, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
-  return buf;
-}
-
 static int dtype_bytes(const std::string& dtype) {
   if (dtype == "Double" || dtype == "Long") return 8;
   if (dtype == "Half" || dtype == "BFloat16" || dtype == "Short") return 2;
@@ -350,7 +341,7 @@ void slice_details(const AppState& app, const SliceRef& ref) {
       const int64_t bytes_s = collective_bytes(c);
       const double algbw = static_cast<double>(bytes_s) / (dur * 1e3);
       ImGui::Separator();
-      ImGui::Text("%s of %s over %d ranks", c.name.c_str(), format_bytes(static_cast<double>(bytes_s)).c_str(), c.group_size);
+      ImGui::Text("%s of %s over %d ranks", c.name.c_str(), human_bytes(static_cast<double>(bytes_s)).c_str(), c.group_size);
       ImGui::Text("algbw %.1f GB/s   busbw %.1f GB/s", algbw, algbw * bus_factor(c.name, c.group_size));
     }
   }

@@ -158,7 +158,6 @@ struct CompareChange {
 };
 CompareChange compare_change(const CompareRow& row);
 std::string format_time(double us);   // "12.5 ms", "850 ns"
-std::string format_bytes(double b);   // "1.25 GiB"
 
 // A slice's description: name, times, lane, args, achieved rates; for tooltips and details.
 void slice_details(const AppState& app, const SliceRef& ref);

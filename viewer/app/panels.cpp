@@ -112,9 +112,9 @@ void steps_tab(AppState& app) {
         share_cell(s.copy_overlap_us, s.step_us);
         share_cell(s.idle_us, s.step_us);
         ImGui::TableNextColumn();
-        ImGui::TextUnformatted(format_bytes(static_cast<double>(s.peak_allocated)).c_str());
+        ImGui::TextUnformatted(human_bytes(static_cast<double>(s.peak_allocated)).c_str());
         ImGui::TableNextColumn();
-        ImGui::TextUnformatted(format_bytes(static_cast<double>(s.peak_reserved)).c_str());
+        ImGui::TextUnformatted(human_bytes(static_cast<double>(s.peak_reserved)).c_str());
       }
   }
   ImGui::EndTable();
@@ -158,7 +158,7 @@ void compare_tab(const AppState& app) {
   if (!ImGui::BeginTable("compare", 5, kTableFlags)) return;
   headers({"per step, averaged over ranks", "run", "compared", "difference", "change"});
   for (const CompareRow& row : compare_rows(app)) {
-    auto fmt = [&](double v) { return row.bytes ? format_bytes(v) : format_time(v); };
+    auto fmt = [&](double v) { return row.bytes ? human_bytes(v) : format_time(v); };
     ImGui::TableNextRow();
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(row.name);

@@ -192,7 +192,7 @@ void timeline(AppState& app, float height) {
           ImGui::Dummy({width, kCounterHeight});
           if (ImGui::IsItemVisible()) {
             dl->AddText({p.x + 14, p.y + 4}, IM_COL32(215, 215, 225, 255), "memory");
-            dl->AddText({p.x + 14, p.y + 22}, IM_COL32(150, 150, 160, 255), format_bytes(run.counter_max[k]).c_str());
+            dl->AddText({p.x + 14, p.y + 22}, IM_COL32(150, 150, 160, 255), human_bytes(run.counter_max[k]).c_str());
             dl->PushClipRect({f.map.x0, p.y}, {track_x1, p.y + kCounterHeight}, true);
             draw_counters(dl, run, k, p.y, f.map);
             dl->PopClipRect();
@@ -245,14 +245,14 @@ void timeline(AppState& app, float height) {
           for (const auto& [key, value] : args.items())
             ImGui::Text("  %s: %s", key.c_str(),
                         value.is_string()                         ? value.get<std::string>().c_str()
-                        : key.find("bytes") != std::string::npos ? format_bytes(value.get<double>()).c_str()
+                        : key.find("bytes") != std::string::npos ? human_bytes(value.get<double>()).c_str()
                                                                   : value.dump().c_str());
         ImGui::Separator();
       }
       ImGui::Text("at %s", format_time(t).c_str());
       for (const Counter& c : f.hovered_counters->counters) {
         const auto it = std::partition_point(c.samples.begin(), c.samples.end(), [&](const auto& p) { return p.first <= t; });
-        if (it != c.samples.begin()) ImGui::Text("%s: %s", c.name.c_str(), format_bytes(std::prev(it)->second).c_str());
+        if (it != c.samples.begin()) ImGui::Text("%s: %s", c.name.c_str(), human_bytes(std::prev(it)->second).c_str());
       }
       ImGui::EndTooltip();
     }

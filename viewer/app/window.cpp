@@ -16,6 +16,7 @@
 
 #include "panels.h"
 #include "timeline.h"
+#include "trace/metrics_json.h"
 
 namespace fs = std::filesystem;
 
@@ -80,18 +81,6 @@ nlohmann::json slice_json(const AppState& app, const SliceRef& ref) {
           {"depth", s->depth},
           {"start_us", s->start_us + run.offset_us},
           {"end_us", s->end_us + run.offset_us}};
-}
-
-nlohmann::json metrics_json(const RangeMetrics& m) {
-  return {{"window_us", m.window_us},
-          {"compute_us", m.compute_us},
-          {"comm_us", m.comm_us},
-          {"overlap_us", m.overlap_us},
-          {"exposed_comm_us", m.exposed_comm_us},
-          {"comm_wait_us", m.comm_wait_us},
-          {"memcpy_us", m.memcpy_us},
-          {"copy_overlap_us", m.copy_overlap_us},
-          {"idle_us", m.idle_us}};
 }
 
 const char* verdict_name(CompareChange::Verdict v) {
@@ -376,8 +365,8 @@ void Viewer::open_bar() {
   if (loading()) {
     const size_t done = loader_.done(), total = loader_.total();
     char text[64];
-    std::snprintf(text, sizeof text, "%s / %s", format_bytes(static_cast<double>(done)).c_str(),
-                  format_bytes(static_cast<double>(total)).c_str());
+    std::snprintf(text, sizeof text, "%s / %s", human_bytes(static_cast<double>(done)).c_str(),
+                  human_bytes(static_cast<double>(total)).c_str());
     ImGui::TextUnformatted("loading");
     ImGui::ProgressBar(total ? static_cast<float>(done) / static_cast<float>(total) : 0.f, {200, 0}, text);
     const bool cancel = ImGui::SmallButton("Cancel");
@@ -429,7 +418,7 @@ void Viewer::loading_window() {
   const size_t total = loader_.total();
   ImGui::SetCursorPos({io.DisplaySize.x * 0.3f, io.DisplaySize.y * 0.45f});
   ImGui::Text("Loading %s (%s)", label_of(loader_.request().paths).c_str(),
-              format_bytes(static_cast<double>(total)).c_str());
+              human_bytes(static_cast<double>(total)).c_str());
   ImGui::SetCursorPosX(io.DisplaySize.x * 0.3f);
   ImGui::ProgressBar(total ? static_cast<float>(loader_.done()) / static_cast<float>(total) : 0.f,
                      {io.DisplaySize.x * 0.4f, 0});
@@ -459,7 +448,7 @@ nlohmann::json Viewer::state() const {
   json range_rows = json::array();
   if (app.range && app.range_rows_for == app.range)
     for (const auto& [rank, m] : app.range_rows) {
-      json row = metrics_json(m);
+      json row = to_json(m);
       row["rank"] = rank;
       range_rows.push_back(std::move(row));
     }
@@ -468,10 +457,9 @@ nlohmann::json Viewer::state() const {
   for (size_t r = 0; r < app.runs.size(); ++r)
     for (const auto& rank_steps : app.runs[r].steps)
       for (const StepMetrics& s : rank_steps) {
-        json row = metrics_json(s);
+        json row = to_json(s);
         row["run"] = r;
         row["rank"] = s.rank;
-        row["step"] = s.step;
         step_rows.push_back(std::move(row));
       }
   // The selected slice's collective on every rank (the Details tab's table and the links).

@@ -106,15 +106,16 @@ bool json_number_syntax(std::string_view s) {
 
 // The args the loader reads (direct children of "args").
 enum class Arg : uint8_t {
-  none, correlation, collective, in_nelems, out_nelems, group_size, dtype, group, seq,
+  none, correlation, collective, in_nelems, out_nelems, group_size, dtype, group, seq, link, link_tier,
   name, sort_index, device_type, total_allocated, total_reserved
 };
 
 Arg arg_of(std::string_view k) {
   switch (k.size()) {
     case 3: return k == "Seq" ? Arg::seq : Arg::none;
-    case 4: return k == "name" ? Arg::name : Arg::none;
+    case 4: return k == "name" ? Arg::name : k == "Link" ? Arg::link : Arg::none;
     case 5: return k == "dtype" ? Arg::dtype : Arg::none;
+    case 9: return k == "Link tier" ? Arg::link_tier : Arg::none;
     case 10: return k == "Group size" ? Arg::group_size : k == "sort_index" ? Arg::sort_index : Arg::none;
     case 11: return k == "correlation" ? Arg::correlation : k == "Device Type" ? Arg::device_type : Arg::none;
     case 13: return k == "In msg nelems" ? Arg::in_nelems : Arg::none;
@@ -283,6 +284,12 @@ void ChunkParser::read_args(od::value& v) {
       case Arg::group:
         if (str) f_.group = get(a.get_string());
         break;
+      case Arg::link:
+        if (str) f_.link = get(a.get_string());
+        break;
+      case Arg::link_tier:
+        if (str) f_.link_tier = get(a.get_string());
+        break;
       case Arg::name:
         if (str) f_.arg_name = get(a.get_string());
         break;
@@ -433,7 +440,8 @@ void ChunkParser::finish_event() {
       if (memset_cat(e.cat)) r.flags |= kMemset;
       if (e.name.empty()) r.flags |= kNameEmpty;
       if (e.has_collective) {
-        part_.collectives.push_back({std::string(e.collective), std::string(e.dtype), std::string(e.group), e.in_nelems,
+        part_.collectives.push_back({std::string(e.collective), std::string(e.dtype), std::string(e.group),
+                                     std::string(e.link), link_tier_from_name(e.link_tier), e.in_nelems,
                                      e.out_nelems, e.group_size, e.seq});
         r.extra = static_cast<uint32_t>(part_.collectives.size());
       }

@@ -81,7 +81,7 @@ struct Fields {
   std::string_view args;  // the args object's text as written
   uint64_t correlation = 0;
   bool has_collective = false;
-  std::string_view collective, dtype, group, arg_name;
+  std::string_view collective, dtype, group, link, link_tier, arg_name;
   int64_t in_nelems = 0, out_nelems = 0, group_size = 1, seq = 0, sort_index = 0, device_type = -1;
   bool has_sort_index = false;
   std::optional<double> total_allocated, total_reserved;
@@ -95,7 +95,7 @@ struct Fields {
     index = i;
     ph = 0;
     has_ph = has_ts = has_dur = has_id = bp_enclosing = bad = has_args = has_collective = has_sort_index = false;
-    name = cat = args = collective = dtype = group = arg_name = {};
+    name = cat = args = collective = dtype = group = link = link_tier = arg_name = {};
     pid.set = pid.bad = pid.is_label = tid.set = tid.bad = tid.is_label = false;
     pid.value = tid.value = 0;
     ts = dur = 0;

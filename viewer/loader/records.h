@@ -94,7 +94,8 @@ struct Rec {
 enum : uint8_t { kDevice = 1, kMemset = 2, kStep = 4, kEnclosing = 8, kNameEmpty = 16 };
 
 struct CollectiveArgs {
-  std::string name, dtype, group;
+  std::string name, dtype, group, link;
+  LinkTierKind link_tier = LinkTierKind::unknown;
   int64_t in_nelems = 0, out_nelems = 0, group_size = 1, seq = 0;
 };
 

@@ -69,7 +69,7 @@ void Builder::add_slice(LaneBuild& lb, int tid, double start, double end, uint32
     timeline_.collectives.push_back({coll->name, nelems(coll->in_nelems), nelems(coll->out_nelems),
                                      dtype_bytes(coll->dtype),
                                      static_cast<int>(std::clamp<int64_t>(coll->group_size, 1, 1 << 30)), coll->group,
-                                     coll->seq, start, end});
+                                     coll->seq, start, end, coll->link, coll->link_tier});
     // A wait belongs to the collective that follows it on its stream.
     for (const uint32_t w : lb.pending_waits) timeline_.slices[w].collective = collective;
     lb.pending_waits.clear();
