@@ -27,7 +27,7 @@ function(shardlab_chapter_tests name target)
   add_test(NAME "${name}: an unknown flag exits 2 listing the flags"
            COMMAND ${EXPECT_EXIT} 2 "unknown flag --stpes; allowed flags: --device" -- ${MPIRUN} -np 1 $<TARGET_FILE:${target}> --stpes 3)
   add_test(NAME "${name}: an unknown profile exits 2 listing the profiles"
-           COMMAND ${EXPECT_EXIT} 2 "--profile h200-9: no such profile; known profiles: a100-8, cpu-bound, h100-2x8, h100-8, h100-8x8, pcie-4" -- ${MPIRUN} -np 1 $<TARGET_FILE:${target}> --profile h200-9)
+           COMMAND ${EXPECT_EXIT} 2 "--profile h200-9: no such profile; known profiles: a100-8, cpu-bound, h100-2x2, h100-2x8, h100-8, h100-8x8, pcie-4" -- ${MPIRUN} -np 1 $<TARGET_FILE:${target}> --profile h200-9)
   add_test(NAME "${name}: --device cuda without a CUDA device exits 2"
            COMMAND ${EXPECT_EXIT} 2 "--device cuda: not available" -- ${MPIRUN} -np 1 $<TARGET_FILE:${target}> --device cuda)
   add_test(NAME "${name}: more ranks than the profile has GPUs exits 2"
@@ -58,7 +58,7 @@ endfunction()
 
 shardlab_chapter_tests(ch00 shardlab_ch00 --steps 2)
 # The training chapters' configuration checks run before step 1: one message from rank 0, exit 2.
-foreach(ch 02 03 04 05 06)
+foreach(ch 02 03 04 05 06 07)
   add_test(NAME "ch${ch}: a global batch that does not divide among the ranks exits 2 before step 1"
            COMMAND ${EXPECT_EXIT} 2 "error: --global-batch: got '10'; allowed: a multiple of 4 ranks" --not "step 1/" --not "MPI_ABORT"
                    -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch${ch}> --global-batch 10)
@@ -69,14 +69,14 @@ foreach(ch 02 03 04 05 06)
   set_tests_properties("ch${ch}: a sequence longer than the model's context exits 2 before step 1" PROPERTIES PROCESSORS 2)
 endforeach()
 # The loss printed and recorded is the global batch's mean: the same at world 1 and 3.
-# Chapters 02 and 03 also split each rank's share into micro-batches (--grad-accum): the loss is
-# then the micro-batches' mean, not the last one's.
-foreach(ch 02 03 04 05 06)
+# Chapters 02, 03 and 07 also split each rank's share into micro-batches (--grad-accum): the
+# loss is then the micro-batches' mean, not the last one's.
+foreach(ch 02 03 04 05 06 07)
   set(check "${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_same_loss.py '${RUNS}/loss_ch${ch}_np1/summary.json'")
   set(run "${MPIRUN_SH} -np $1 $<TARGET_FILE:shardlab_ch${ch}> --trace-dir '${RUNS}' --run-name loss_ch${ch}_$2 $3 > /dev/null")
   set(name "ch${ch}: the loss is the global batch's, the same at world 1 and 3")
   set(runs "run 1 np1 && run 3 np3 && ${check} '${RUNS}/loss_ch${ch}_np3/summary.json'")
-  if(ch STREQUAL "02" OR ch STREQUAL "03")
+  if(ch STREQUAL "02" OR ch STREQUAL "03" OR ch STREQUAL "07")
     string(APPEND name " and under --grad-accum 3")
     string(APPEND runs " && run 2 accum3 '--grad-accum 3' && ${check} '${RUNS}/loss_ch${ch}_accum3/summary.json'")
   endif()
@@ -84,7 +84,7 @@ foreach(ch 02 03 04 05 06)
   set_tests_properties("${name}" PROPERTIES TIMEOUT 180 PROCESSORS 3)
 endforeach()
 # The chapters check the collectives of their last step: with --steps 1 that is step 1.
-foreach(ch 02 03 04 05 06)
+foreach(ch 02 03 04 05 06 07)
   add_test(NAME "ch${ch}: a one-step run passes its own checks"
            COMMAND ${MPIRUN} -np 2 $<TARGET_FILE:shardlab_ch${ch}> --steps 1 --trace-dir ${RUNS} --run-name one_step_ch${ch})
   set_tests_properties("ch${ch}: a one-step run passes its own checks" PROPERTIES TIMEOUT 60 PROCESSORS 2)
@@ -171,6 +171,49 @@ set(small "--model gpt2-small --global-batch 8 --seq-len 1024 --compute skip --s
 add_test(NAME "ch06: gpt2-small at 8 ranks: the limiter changes the step by under 5%"
          COMMAND sh -c "${MPIRUN_SH} -np 8 $<TARGET_FILE:shardlab_ch06> ${small} --limit-all-gathers off --trace-dir '${RUNS}' --run-name ch06_small_off > /dev/null && ${MPIRUN_SH} -np 8 $<TARGET_FILE:shardlab_ch06> ${small} --trace-dir '${RUNS}' --run-name ch06_small_on > /dev/null && ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_figures.py '${RUNS}/ch06_small_on/summary.json' --as off '${RUNS}/ch06_small_off/summary.json' 'abs(step_ms / off_step_ms - 1) < 0.05' 'alloc_retries_total == 0 and off_alloc_retries_total == 0'")
 set_tests_properties("ch06: gpt2-small at 8 ranks: the limiter changes the step by under 5%" PROPERTIES TIMEOUT 300 PROCESSORS 2)
+# Chapter 07: HSDP. The chapter's own checks (single-rank numerics; all-gathers and reduce-scatters
+# inside the shard group, one all-reduce per unit) at worlds 1-4 on h100-8 (one node: mesh 1 x W).
+shardlab_chapter_tests(ch07 shardlab_ch07)
+# Every mesh of 4 and of 3 ranks, both hybrid strategies, on h100-2x2 (two nodes of 2 GPUs), with
+# two micro-batches a step; the trace shows the groups, streams and order of tests/check_hsdp.py.
+# Mesh R x 1 shards nothing and must still all-reduce across replicas (pytorch/pytorch#154888).
+foreach(mesh 2x2 1x4 4x1 3x1 1x3)
+  string(REPLACE "x" ";" rs ${mesh})
+  list(GET rs 0 r)
+  list(GET rs 1 s)
+  math(EXPR np "${r} * ${s}")
+  set(name "ch07: mesh ${mesh} (replicate x shard), hybrid and hybrid-zero2, equals single-rank training, with the groups, streams and order it must have on the trace")
+  set(run "${MPIRUN_SH} -np ${np} $<TARGET_FILE:shardlab_ch07> --profile h100-2x2 --replicate ${r} --shard ${s} --grad-accum 2 --global-batch 24 --trace-dir '${RUNS}'")
+  set(check "${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_hsdp.py --gpus-per-node 2 --replicate ${r} --shard ${s} --units 3 --grad-accum 2")
+  add_test(NAME "${name}"
+           COMMAND sh -c "for sharding in hybrid hybrid-zero2; do ${run} --sharding $sharding --run-name ch07_${mesh}_$sharding > /dev/null && ${check} '${RUNS}'/ch07_${mesh}_$sharding || { echo failed: $sharding; exit 1; }; done")
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
+endforeach()
+add_test(NAME "ch07: a replica count that does not divide the world exits 2 before step 1"
+         COMMAND ${EXPECT_EXIT} 2 "error: --replicate: got '3'; allowed: a divisor of the world size 4" --not "step 1/"
+                 -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch07> --replicate 3)
+add_test(NAME "ch07: a mesh R x S other than the world exits 2 before step 1"
+         COMMAND ${EXPECT_EXIT} 2 "error: --replicate: got '2'; allowed: 4: R x S must equal the world size 4 \\(S = 1\\)" --not "step 1/"
+                 -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch07> --replicate 2 --shard 1)
+set_tests_properties("ch07: a replica count that does not divide the world exits 2 before step 1"
+                     "ch07: a mesh R x S other than the world exits 2 before step 1" PROPERTIES PROCESSORS 4)
+# The lesson's shape on gpt-1b over two nodes of 8 H100s (16 ranks, --compute skip): HYBRID_SHARD
+# 2 x 8 against FULL_SHARD over 16: a shorter step with fewer network bytes, FULL_SHARD's peak
+# memory lower; every strategy's bytes per link equal the ring model within 1%, HSDP's memory
+# chapter 05's formula with S = 8 within 2%.
+set(big "--profile h100-2x8 --model gpt-1b --global-batch 16 --seq-len 1024 --compute skip --steps 2")
+foreach(sharding full hybrid hybrid-zero2 grad-op)
+  add_test(NAME "ch07: gpt-1b on 2 x 8 H100s, ${sharding}: bytes per link equal the ring model within 1%"
+           COMMAND sh -c "${MPIRUN_SH} -np 16 $<TARGET_FILE:shardlab_ch07> ${big} --sharding ${sharding} --trace-dir '${RUNS}' --run-name ch07_big_${sharding} > /dev/null && ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_figures.py '${RUNS}/ch07_big_${sharding}/summary.json' 'abs(network_MB - network_formula_MB) <= 0.01 * network_formula_MB' 'abs(intra_node_MB - intra_node_formula_MB) <= 0.01 * intra_node_formula_MB'")
+  set_tests_properties("ch07: gpt-1b on 2 x 8 H100s, ${sharding}: bytes per link equal the ring model within 1%"
+                       PROPERTIES TIMEOUT 300 PROCESSORS 2 FIXTURES_SETUP ch07_big_${sharding})
+endforeach()
+add_test(NAME "ch07: gpt-1b on 2 x 8 H100s: HYBRID_SHARD's step is shorter than FULL_SHARD's with fewer network bytes, FULL_SHARD's memory lower, HSDP's memory the formula within 2%"
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_figures.py ${RUNS}/ch07_big_hybrid/summary.json --as full ${RUNS}/ch07_big_full/summary.json
+                 "step_ms < full_step_ms" "network_MB < full_network_MB" "full_peak_allocated_MiB < peak_allocated_MiB"
+                 "abs(peak_allocated_MiB / memory_formula_MiB - 1) < 0.02")
+set_tests_properties("ch07: gpt-1b on 2 x 8 H100s: HYBRID_SHARD's step is shorter than FULL_SHARD's with fewer network bytes, FULL_SHARD's memory lower, HSDP's memory the formula within 2%"
+                     PROPERTIES FIXTURES_REQUIRED "ch07_big_full;ch07_big_hybrid")
 foreach(t "ch02;shardlab_ch02;4;--grad-accum 3" "ch03;shardlab_ch03;3;--grad-accum 2 --bucket-cap-mb 0.01 --first-bucket-mb 0.002")
   list(GET t 0 name)
   list(GET t 1 target)

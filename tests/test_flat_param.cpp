@@ -48,9 +48,12 @@ TEST_CASE("flat param: a gpt2-small block flattens to 7,087,872 elements", "[fsd
   CHECK(s3.padding(2) == 0);
 }
 
+// Under HSDP the factors are those of N = S x R, every rank averaging (chapter 07): 2 x 8 -> (4, 4),
+// 4 x 8 -> (8, 4).
 TEST_CASE("flat param: gradient pre- and post-divide factors", "[fsdp]") {
   const std::vector<std::pair<int, std::pair<double, double>>> cases = {
-      {1, {1, 1}}, {2, {2, 1}}, {3, {2, 1.5}}, {4, {2, 2}}, {8, {4, 2}}, {16, {4, 4}}, {64, {8, 8}}, {128, {16, 8}}};
+      {1, {1, 1}}, {2, {2, 1}},  {3, {2, 1.5}}, {4, {2, 2}},   {8, {4, 2}},
+      {16, {4, 4}}, {32, {8, 4}}, {64, {8, 8}}, {128, {16, 8}}};
   for (const auto& [dp, expected] : cases) {
     const auto f = ch04::gradient_factors(dp);
     INFO("dp " << dp);

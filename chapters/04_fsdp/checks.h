@@ -23,16 +23,21 @@
 namespace ch04 {
 
 struct CollectiveCounts {
-  int allgathers = 0, reduce_scatters = 0;
+  int allgathers = 0, reduce_scatters = 0, all_reduces = 0;
 };
 
-// The counts in step `step` (the last, usually); throws unless they are what the strategy issues.
-inline CollectiveCounts check_collective_counts(Job& job, int blocks, bool full_shard, int64_t step) {
+// The counts in step `step` (the last, usually); throws unless the all-gathers and
+// reduce-scatters are what the strategy issues, sharding over `shard_world` ranks (the world;
+// a node's ranks under chapter 07's HSDP), `micro_batches` forward and backward passes a step.
+inline CollectiveCounts check_collective_counts(Job& job, int blocks, bool full_shard, int64_t step,
+                                                int shard_world, int micro_batches = 1) {
   CollectiveCounts n;
   for (const auto& c : collective_metrics(job.device().trace().timeline()))
-    if (c.step == step) n.allgathers += c.name == "allgather", n.reduce_scatters += c.name == "reduce_scatter";
-  const int expect_gathers = job.world_size() == 1 ? 0 : (full_shard ? 2 : 1) * blocks + 1;
-  const int expect_scatters = job.world_size() == 1 ? 0 : blocks + 1;
+    if (c.step == step)
+      n.allgathers += c.name == "allgather", n.reduce_scatters += c.name == "reduce_scatter",
+          n.all_reduces += c.name == "allreduce";
+  const int expect_gathers = shard_world == 1 ? 0 : micro_batches * ((full_shard ? 2 : 1) * blocks + 1);
+  const int expect_scatters = shard_world == 1 ? 0 : micro_batches * (blocks + 1);
   if (n.allgathers != expect_gathers || n.reduce_scatters != expect_scatters)
     throw std::logic_error("expected " + std::to_string(expect_gathers) + " all-gathers and " +
                            std::to_string(expect_scatters) + " reduce-scatters per step, the trace shows " +

@@ -119,7 +119,7 @@ void lesson(Job& job) {
   // 5. The collectives of the last step, from the trace: per block FULL_SHARD gathers twice
   //    (forward, backward) and SHARD_GRAD_OP once; the root, never freed after forward, once;
   //    every unit reduce-scatters once (checks.h).
-  ch04::report_collective_counts(job, ch04::check_collective_counts(job, L, full_shard, job.steps()));
+  ch04::report_collective_counts(job, ch04::check_collective_counts(job, L, full_shard, job.steps(), job.world_size()));
 
   // 6. Memory: the peak of a step, measured by the caching allocator, against the formula.
   ch04::report_memory(job, ch04::fsdp_peak_memory(model.config(), batch.rows(), setup.T, job.world_size(), full_shard));

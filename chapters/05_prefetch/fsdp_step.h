@@ -36,18 +36,12 @@ struct StepMarks {
   Event start, forward_done;
 };
 
-// Step `step` (from 0) of training, inside its Job::Step `s`.
-inline StepMarks fsdp_step(Job::Step& s, Job& job, FsdpRuntime& fsdp, GPT& model, ch02::BatchShare& batch,
-                           const TrainSetup& setup, int64_t step) {
-  Device& dev = job.device();
+// One forward and backward pass over the bound micro-batch; returns the end of its forward.
+inline Event forward_backward(Device& dev, FsdpRuntime& fsdp, GPT& model) {
   Stream& compute = dev.compute_stream();
   const int L = static_cast<int>(model.config().layers);
   const int embeddings = 0, head = L + 1;  // the model's units around the blocks 1..L
   const int root = 0;                      // the runtime's unit wrapping them
-  StepMarks marks;
-  marks.start = dev.record(compute);
-  for (int u = 0; u < fsdp.units(); ++u) fsdp.flat(u).zero_grad(compute);
-  batch.load(model, step, 0);
 
   // Forward. The root's hooks wrap the whole model; each block's wrap the block.
   fsdp.root_pre_forward();
@@ -61,7 +55,7 @@ inline StepMarks fsdp_step(Job::Step& s, Job& job, FsdpRuntime& fsdp, GPT& model
   }
   model.forward(head, compute);
   fsdp.post_forward(root);
-  marks.forward_done = dev.record(compute);
+  const Event forward_done = dev.record(compute);
 
   // Backward, from the head. Autograd calls a unit's pre-backward hook when the gradient reaches
   // its output, and its post-backward hook when its parameters' gradients are final: the root's
@@ -77,6 +71,23 @@ inline StepMarks fsdp_step(Job::Step& s, Job& job, FsdpRuntime& fsdp, GPT& model
   model.backward(embeddings, compute);
   fsdp.post_backward(root);
   fsdp.end_of_backward();
+  return forward_done;
+}
+
+// Step `step` (from 0) of training, inside its Job::Step `s`: `micro_batches` forward and
+// backward passes (gradient accumulation, chapter 07; every pass reduces its gradients, which
+// add up in the gradient shards), then the optimizer.
+inline StepMarks fsdp_step(Job::Step& s, Job& job, FsdpRuntime& fsdp, GPT& model, ch02::BatchShare& batch,
+                           const TrainSetup& setup, int64_t step, int64_t micro_batches = 1) {
+  Device& dev = job.device();
+  Stream& compute = dev.compute_stream();
+  StepMarks marks;
+  marks.start = dev.record(compute);
+  for (int u = 0; u < fsdp.units(); ++u) fsdp.flat(u).zero_grad(compute);
+  for (int64_t micro = 0; micro < micro_batches; ++micro) {
+    batch.load(model, step, micro);
+    marks.forward_done = forward_backward(dev, fsdp, model);
+  }
 
   // AdamW on the local shards.
   for (int u = 0; u < fsdp.units(); ++u) fsdp.flat(u).optimizer_step(compute, step, setup.adamw);

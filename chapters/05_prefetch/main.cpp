@@ -101,7 +101,8 @@ ModeResult train_fsdp(Job& job, const TrainSetup& setup, ch02::BatchShare& batch
   r.formula_MiB = MiB(static_cast<double>(ch05::fsdp_peak_memory(model.config(), batch.rows(), setup.T, job.world_size(), options).total()));
 
   // 4. Prefetching moves collectives; it never adds or drops one (checks.h).
-  r.collectives = ch04::check_collective_counts(job, L, options.full_shard, first_step + setup.steps);
+  r.collectives = ch04::check_collective_counts(job, L, options.full_shard, first_step + setup.steps,
+                                                   job.world_size());
 
   // 5. Prefetching changes when, never what: the shards equal single-rank training.
   std::vector<ch04::FlatParam*> units;

@@ -98,7 +98,7 @@ void lesson(Job& job) {
              "the most free events the queue ever held");
 
   // 4. The limiter changes when, never what: chapter 04's collectives, single-rank numerics.
-  ch04::check_collective_counts(job, L, options.full_shard, job.steps());
+  ch04::check_collective_counts(job, L, options.full_shard, job.steps(), job.world_size());
   std::vector<ch04::FlatParam*> units;
   for (int u = 0; u < fsdp.units(); ++u) units.push_back(&fsdp.flat(u));
   ch04::check_against_reference(job, setup, model, units);
