@@ -245,10 +245,13 @@ add_test(NAME "ch00: --race on the GPU runs to the end and counts case (c)'s wro
 set_tests_properties("ch00: --race on the GPU runs to the end and counts case (c)'s wrong results" PROPERTIES SKIP_RETURN_CODE 77)
 # A chapter's README quotes the figures of its default 4-rank run and, in marked blocks, the
 # output of other commands: both are re-run and compared (tests/check_readme_figures.py).
+# shardlab_readme_test(<name> <target> <chapter dir> [flags of the 4-rank run whose figures the
+# README's tables quote])
 function(shardlab_readme_test name target dir)
+  string(JOIN " " flags ${ARGN})
   set(check "${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_readme_figures.py")
   add_test(NAME "${name}: the README quotes what the chapter prints"
-           COMMAND sh -c "${MPIRUN_SH} -np 4 $<TARGET_FILE:${target}> --trace-dir '${RUNS}' --run-name ${name}_readme > /dev/null && ${check} ${PROJECT_SOURCE_DIR}/chapters/${dir}/README.md '${RUNS}/${name}_readme/summary.json' --mpirun '${MPIRUN_SH}' --bin $<TARGET_FILE_DIR:${target}>")
+           COMMAND sh -c "${MPIRUN_SH} -np 4 $<TARGET_FILE:${target}> ${flags} --trace-dir '${RUNS}' --run-name ${name}_readme > /dev/null && ${check} ${PROJECT_SOURCE_DIR}/chapters/${dir}/README.md '${RUNS}/${name}_readme/summary.json' --mpirun '${MPIRUN_SH}' --bin $<TARGET_FILE_DIR:${target}>")
   set_tests_properties("${name}: the README quotes what the chapter prints" PROPERTIES TIMEOUT 300 PROCESSORS 4)
 endfunction()
 shardlab_readme_test(ch00 shardlab_ch00 00_streams_events)
@@ -258,6 +261,7 @@ shardlab_readme_test(ch03 shardlab_ch03 03_bucketed_ddp)
 shardlab_readme_test(ch04 shardlab_ch04 04_fsdp)
 shardlab_readme_test(ch05 shardlab_ch05 05_prefetch)
 shardlab_readme_test(ch06 shardlab_ch06 06_rate_limit)
+shardlab_readme_test(ch07 shardlab_ch07 07_hsdp --profile h100-2x2)
 
 # The local rank (on a GPU: which GPU a rank takes) comes from Open MPI's or Slurm's variable, else
 # from MPI; Slurm's is set by hand under mpirun here (tests/check_local_rank.py).
