@@ -19,7 +19,8 @@ what got loaded, which error is shown. Each scenario is one ctest entry:
             Cancel stops it and keeps the open run
   collective  a click on rank 0's all-reduce lists the same collective on every rank (same
             process group and Seq) with the start, end and preceding wait the trace files give
-            each rank, and draws the link between the ranks; a send/recv (whose Seq counts per
+            each rank, and draws the link between the ranks; its details name the link and the
+            bytes this rank sent as the file's args give them; a send/recv (whose Seq counts per
             pair of ranks) links to nothing. Also reads 01_ring_allreduce, next to RUN_DIR, for
             its waits and send/recvs.
   compare   a run opened with --compare OTHER: the Compare tab shows, the second run is shifted so
@@ -50,6 +51,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_link_bytes import link_bytes  # noqa: E402
 from check_screenshot import COMM_ORANGE, read_png  # noqa: E402
 
 SYNC_RED = (215, 30, 40)  # viewer/app/app.cpp category_color(ViewCategory::sync)
@@ -252,7 +254,8 @@ def scenario_compare(v, run_dir, other_dir):
     rows = {r["name"]: r for r in st["compare_rows"]}
     for name, key in [("step time", "step_us"), ("compute", "compute_us"), ("comm", "comm_us"),
                       ("exposed comm", "exposed_comm_us"), ("idle", "idle_us"),
-                      ("peak allocated", "peak_allocated_bytes")]:
+                      ("peak allocated", "peak_allocated_bytes"), ("intra-node sent", "intra_node_bytes"),
+                      ("network sent", "network_bytes")]:
         want_a, want_b = summary_average(other_dir, key), summary_average(run_dir, key)
         got = rows[name]
         check(close(got["run"], want_a, 1e-2) and close(got["compared"], want_b, 1e-2),
@@ -282,10 +285,12 @@ def scenario_compare(v, run_dir, other_dir):
           f"naive DDP's memcpy, none in the ring, is new: {rows['memcpy']}")
 
 
-# Which way each Compare row is better off: less of what a step loses or of memory, more hidden
-# under compute; plain compute, comm and memcpy time are neither.
+# Which way each Compare row is better off: less of what a step loses, of memory or of bytes sent
+# over the network, more hidden under compute; plain compute, comm and memcpy time and bytes sent
+# inside a node are neither.
 BETTER = {"step time": -1, "compute": 0, "comm": 0, "overlapped": 1, "exposed comm": -1, "comm wait": -1,
-          "memcpy": 0, "copy overlap": 1, "idle": -1, "peak allocated": -1, "peak reserved": -1}
+          "memcpy": 0, "copy overlap": 1, "idle": -1, "peak allocated": -1, "peak reserved": -1,
+          "intra-node sent": 0, "network sent": -1}
 
 
 def check_changes(st, what):
@@ -295,7 +300,7 @@ def check_changes(st, what):
     check(sorted(names) == sorted(BETTER), f"{what}: the Compare rows are {names}")
     for r in st["compare_rows"]:
         a, b = r["run"], r["compared"]
-        resolution = 1 if r["name"].startswith("peak") else 1e-3
+        resolution = 1 if r["bytes"] else 1e-3
         if abs(b - a) < resolution or (a != 0 and abs((b - a) / a) < 5e-4):
             text, verdict = "same", "same"
         else:
@@ -787,6 +792,11 @@ screenshot {os.path.join(v.out, 'collective_cleared.png')}
           coll.get("seq") == a["Seq"], f"... a collective: {a['Collective name']} #{a['Seq']} of "
           f"{a['Process Group Name']}: got {coll}")
     check(clicked["panel"] == "Details", f"the Details tab (with the per-rank table) comes to the front: {clicked['panel']}")
+    shown = sel.get("collective_metrics") or {}
+    check(shown.get("link") == a["Link"] and shown.get("link_tier") == a["Link tier"] and
+          shown.get("link_bytes") == link_bytes(a),
+          f"... its details: sent {link_bytes(a)} bytes over {a['Link']} ({a['Link tier']}), as the file's args give "
+          f"them: got {shown}")
     want = check_peers(clicked, k, files, "chapter 03")
     # The drawing: a vertical connector at the kernels' common start from rank 0's stream to
     # rank 1's, and none of the link colour before the click or once the selection is cleared.

@@ -6,7 +6,8 @@
 For every rank<R>.json: distributedInfo comes first with '"rank": R' (the regex HTA uses);
 the header fields are present; every complete event has ts and dur with three decimals; the
 complete events on each lane nest strictly; every ac2g flow has its start and its end and ids
-are unique across the job; GPU events carry device, stream and correlation; no args key is
+are unique across the job; GPU events carry device, stream and correlation; a collective's
+kernel names its link ("Link", and "Link tier" intra-node or network); no args key is
 named "rank"; there are at least two ProfilerStep#N annotations and memory counters.
 summary.json must list every rank, and no rank may report a race (the race check's findings).
 A run that failed (otherData.incomplete, summary.json's "incomplete") is held to the same rules
@@ -24,6 +25,7 @@ from collections import defaultdict
 REQUIRED = ["distributedInfo", "schemaVersion", "displayTimeUnit", "baseTimeNanoseconds",
             "deviceProperties", "otherData", "traceEvents"]
 THREE_DECIMALS = re.compile(r'"(ts|dur)": -?\d+\.\d{3}[,}]')
+LINK_TIERS = ("intra-node", "network")
 
 
 def check_rank(path, rank, problems, flow_ids):
@@ -59,6 +61,10 @@ def check_rank(path, rank, problems, flow_ids):
                 for k in ("device", "stream"):
                     if k not in args:
                         problems.append(f"{path}: GPU event {e['name']} lacks args.{k}")
+            if "Collective name" in args and not e["name"].startswith("nccl:wait"):
+                if not args.get("Link") or args.get("Link tier") not in LINK_TIERS:
+                    problems.append(f"{path}: collective {e['name']} names no link: Link {args.get('Link')!r}, "
+                                    f"Link tier {args.get('Link tier')!r}")
             if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"):
                 steps += 1
         elif ph == "s":

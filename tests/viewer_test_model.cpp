@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trace/metrics.h"
+#include "trace/trace.h"
 #include "trace_model.h"
 
 using namespace shardlab;
@@ -96,6 +97,8 @@ void check_against_summary(const TraceModel& m, const json& summary) {
       CHECK(steps[k].segment_frees == w["segment_frees"].get<int64_t>());
       CHECK(steps[k].alloc_retries == w["alloc_retries"].get<int64_t>());
       CHECK(steps[k].ooms == w["ooms"].get<int64_t>());
+      CHECK(steps[k].intra_node_bytes == w["intra_node_bytes"].get<int64_t>());
+      CHECK(steps[k].network_bytes == w["network_bytes"].get<int64_t>());
     }
     const auto colls = collective_metrics(rank.timeline);
     REQUIRE(colls.size() == want["collectives"].size());
@@ -107,6 +110,8 @@ void check_against_summary(const TraceModel& m, const json& summary) {
       CHECK(colls[c].group_size == w["group_size"].get<int>());
       CHECK(colls[c].step == w["step"].get<int>());
       CHECK(colls[c].time_us == Approx(w["time_us"].get<double>()).margin(1e-3));
+      CHECK(link_tier_name(colls[c].link_tier) == w["link_tier"].get<std::string>());
+      CHECK(colls[c].link_bytes == w["link_bytes"].get<int64_t>());
     }
   }
 }
@@ -462,6 +467,79 @@ TEST_CASE("model: refuses broken files with the file named, never crashes", "[vi
   CHECK(m.names[m.ranks[0].lanes[0].slices[0].name].size() == size_t{10} << 20);
 }
 
+// What the recorder writes, the loader reads back: each collective's link and tier (and none for
+// a collective whose args name none), and so the same bytes per tier.
+TEST_CASE("model: a written trace loads with each collective's link and tier, and the same bytes per tier",
+          "[viewer]") {
+  TempDir tmp("shardlab_test_viewer");
+  TraceRecorder t(0, 4, 0);
+  t.name_device("rank 0 GPU 0 (sim H100)");
+  t.name_stream(13, "stream 13 nccl");
+  struct Op {
+    const char* name;
+    int64_t in, out;
+    const char* dtype;
+    int dtype_bytes, group_size;
+    LinkTierKind tier;
+    int64_t start_ns;
+  };
+  const Op ops[] = {
+      {"allgather", 250'000, 1'000'000, "Float", 4, 4, LinkTierKind::intra_node, 10'000},      // step 1
+      {"allreduce", 1'000'000, 1'000'000, "Float", 4, 3, LinkTierKind::network, 30'000},       // step 1
+      {"reduce_scatter", 1'000'000, 500'000, "BFloat16", 2, 2, LinkTierKind::network, 110'000},  // step 2
+      {"allreduce", 1'000'000, 1'000'000, "Float", 4, 4, LinkTierKind::unknown, 130'000},      // step 2
+  };
+  int64_t seq = 0;
+  for (const Op& op : ops) {
+    // Initialized whole: GCC 12 warns (-Wrestrict, a false positive) on some of these fields'
+    // assignments from literals.
+    const CollectiveArgs a{.name = op.name,
+                           .kernel_name = "ncclDevKernel_RING_SIMPLE",  // the name tells a communication kernel
+                           .in_nelems = op.in,
+                           .out_nelems = op.out,
+                           .dtype = op.dtype,
+                           .dtype_bytes = op.dtype_bytes,
+                           .group_size = op.group_size,
+                           .group_name = "g",
+                           .group_ranks = "[0, 1, 2, 3]",
+                           .seq = ++seq,
+                           .link = op.tier == LinkTierKind::intra_node ? "NVLink4"
+                                   : op.tier == LinkTierKind::network  ? "InfiniBand"
+                                                                       : "",
+                           .link_tier = op.tier};
+    t.collective(13, a, op.start_ns, op.start_ns, op.start_ns + 5'000, 0);
+  }
+  t.step(1, 0, 100'000);
+  t.step(2, 100'000, 100'000);
+  const fs::path file = tmp.path / "rank0.json";
+  t.write(file.string(), "mpi", 0, json::array(), json::object());
+
+  const TraceModel m = load_traces({file.string()});
+  REQUIRE(m.ranks.size() == 1);
+  const RankTimeline& loaded = m.ranks[0].timeline;
+  const RankTimeline& written = t.timeline();
+  REQUIRE(loaded.collectives.size() == written.collectives.size());
+  for (size_t i = 0; i < loaded.collectives.size(); ++i) {
+    INFO("collective " << i);
+    CHECK(loaded.collectives[i].link == written.collectives[i].link);
+    CHECK(loaded.collectives[i].link_tier == ops[i].tier);
+    CHECK(link_bytes(loaded.collectives[i]) == link_bytes(written.collectives[i]));
+  }
+  const auto steps = step_metrics(loaded);
+  REQUIRE(steps.size() == 2);
+  // By hand: 4,000,000 bytes gathered x 3/4; 4,000,000 all-reduced x 2(3-1)/3 = 5,333,333.3 to the
+  // nearest byte; 2,000,000 bf16 bytes scattered x 1/2; the all-reduce naming no tier, nowhere.
+  CHECK(steps[0].intra_node_bytes == 3'000'000);
+  CHECK(steps[0].network_bytes == 5'333'333);
+  CHECK(steps[1].intra_node_bytes == 0);
+  CHECK(steps[1].network_bytes == 1'000'000);
+  const auto recorded = step_metrics(written);
+  for (size_t k = 0; k < steps.size(); ++k) {
+    CHECK(steps[k].intra_node_bytes == recorded[k].intra_node_bytes);
+    CHECK(steps[k].network_bytes == recorded[k].network_bytes);
+  }
+}
+
 TEST_CASE("model: loads a Kineto-style trace", "[viewer]") {
   TempDir tmp("shardlab_test_viewer");
   // PyTorch profiler output: string pids/tids, memory as [memory] instants, B/E, runtime and
@@ -543,6 +621,8 @@ TEST_CASE("model: loads a Kineto-style trace", "[viewer]") {
   REQUIRE(r.timeline.collectives.size() == 1);
   CHECK(collective_bytes(r.timeline.collectives[0]) == 2048);
   CHECK(r.timeline.collectives[0].group_size == 2);
+  CHECK(r.timeline.collectives[0].link.empty());  // PyTorch names no link: no tier, no bytes on one
+  CHECK(r.timeline.collectives[0].link_tier == LinkTierKind::unknown);
   REQUIRE(r.timeline.memory.size() == 1);
   CHECK(r.timeline.memory[0].allocated == 8192);
   CHECK(r.timeline.memory[0].reserved == 2097152);
@@ -552,6 +632,8 @@ TEST_CASE("model: loads a Kineto-style trace", "[viewer]") {
   CHECK(steps[0].comm_us == 40);
   CHECK(steps[0].overlap_us == 25);
   CHECK(steps[0].peak_allocated == 8192);
+  CHECK(steps[0].intra_node_bytes == 0);
+  CHECK(steps[0].network_bytes == 0);
 }
 
 TEST_CASE("model: a large file, parsed in chunks on several threads, loads as one pass would", "[viewer]") {

@@ -49,19 +49,31 @@ std::string raw_arg(std::string_view args, std::string_view key) {
   return out;
 }
 
+// A slice's key in Run::BySlice maps.
+uint64_t slice_key(int lane, uint32_t slice) { return (static_cast<uint64_t>(lane) << 32) | slice; }
+
+// What a Run::BySlice map holds for slice r (nullptr: nothing).
+const uint32_t* find_slice(const Run::BySlice& by_slice, const SliceRef& r) {
+  if (static_cast<size_t>(r.rank) >= by_slice.size()) return nullptr;
+  const auto& of = by_slice[static_cast<size_t>(r.rank)];
+  const auto it = of.find(slice_key(r.lane, r.slice));
+  return it == of.end() ? nullptr : &it->second;
+}
+
 // Point-to-point operations: their Seq counts per pair of ranks (or per peer), not per group.
 bool point_to_point(const std::string& name) { return name == "sendrecv" || name == "send" || name == "recv"; }
 
-// Run::collectives: every rank's collective kernels grouped by (group, its ranks, Seq). The
-// loader has parsed their args into the rank's timeline (CollectiveRecord) and tied each comm
-// wait to the collective after it on its stream; a lane's kernel finds its record by stream and
-// times.
+// Run::record_of and Run::collectives: every rank's communication kernels with their records,
+// and the collective kernels grouped by (group, its ranks, Seq). The loader has parsed their
+// args into the rank's timeline (CollectiveRecord) and tied each comm wait to the collective
+// after it on its stream; a lane's kernel finds its record by stream and times.
 void index_collectives(Run& run, int run_index) {
   std::map<std::tuple<std::string, std::string, int64_t>, uint32_t> index;
   for (size_t r = 0; r < run.model.ranks.size(); ++r) {
     const Rank& rank = run.model.ranks[r];
     const RankTimeline& tl = rank.timeline;
     auto& of = run.collective_of.emplace_back();
+    auto& record_of = run.record_of.emplace_back();
     std::vector<double> wait(tl.collectives.size(), 0.0);
     struct Kernel {
       int stream;
@@ -87,6 +99,7 @@ void index_collectives(Run& run, int run_index) {
         const auto k = std::lower_bound(kernels.begin(), kernels.end(), probe,
                                         [](const Kernel& a, const Kernel& b) { return a.key() < b.key(); });
         if (k == kernels.end() || k->key() != probe.key()) continue;
+        record_of[slice_key(static_cast<int>(l), i)] = static_cast<uint32_t>(k->collective);
         const CollectiveRecord& rec = tl.collectives[static_cast<size_t>(k->collective)];
         if (rec.group.empty() || point_to_point(rec.name)) continue;
         std::string ranks = raw_arg(run.model.args_json[s.args], "Process Group Ranks");
@@ -95,7 +108,7 @@ void index_collectives(Run& run, int run_index) {
         if (fresh) run.collectives.push_back({rec.name, rec.group, std::move(ranks), rec.seq, {}});
         run.collectives[it->second].peers.push_back(
             {{run_index, static_cast<int>(r), static_cast<int>(l), i}, wait[static_cast<size_t>(k->collective)]});
-        of[(static_cast<uint64_t>(l) << 32) | i] = it->second;
+        of[slice_key(static_cast<int>(l), i)] = it->second;
       }
     }
   }
@@ -216,10 +229,15 @@ const Slice* AppState::slice(const SliceRef& r) const {
 const Collective* AppState::collective(const SliceRef& r) const {
   if (!r.valid()) return nullptr;
   const Run& run = runs[static_cast<size_t>(r.run)];
-  if (static_cast<size_t>(r.rank) >= run.collective_of.size()) return nullptr;
-  const auto& of = run.collective_of[static_cast<size_t>(r.rank)];
-  const auto it = of.find((static_cast<uint64_t>(r.lane) << 32) | r.slice);
-  return it == of.end() ? nullptr : &run.collectives[it->second];
+  const uint32_t* i = find_slice(run.collective_of, r);
+  return i ? &run.collectives[*i] : nullptr;
+}
+
+const CollectiveRecord* AppState::collective_record(const SliceRef& r) const {
+  if (!r.valid()) return nullptr;
+  const Run& run = runs[static_cast<size_t>(r.run)];
+  const uint32_t* i = find_slice(run.record_of, r);
+  return i ? &run.model.ranks[static_cast<size_t>(r.rank)].timeline.collectives[*i] : nullptr;
 }
 
 ViewCategory view_category(const Run& run, const Slice& s) {
@@ -279,22 +297,10 @@ std::string format_time(double us) {
   return buf;
 }
 
-static int dtype_bytes(const std::string& dtype) {
-  if (dtype == "Double" || dtype == "Long") return 8;
-  if (dtype == "Half" || dtype == "BFloat16" || dtype == "Short") return 2;
-  if (dtype == "Byte" || dtype == "Char" || dtype == "Bool") return 1;
-  return 4;
-}
-
 // Args come from files: read them without trusting their types.
 static double number(const nlohmann::json& j, const char* key) {
   const auto it = j.find(key);
   return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
-}
-
-static std::string string(const nlohmann::json& j, const char* key) {
-  const auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string{};
 }
 
 void slice_details(const AppState& app, const SliceRef& ref) {
@@ -322,8 +328,7 @@ void slice_details(const AppState& app, const SliceRef& ref) {
       ImGui::Text("%s: %s", key.c_str(), value.is_string() ? value.get<std::string>().c_str() : value.dump().c_str());
   }
 
-  // Achieved rates: what the kernel moved and computed per second; for a collective, the bus
-  // bandwidth nccl-tests reports (comparable across world sizes).
+  // Achieved rates: what the kernel moved and computed per second.
   if (args.is_object() && dur > 0) {
     const double bytes = number(args, "bytes"), flops = number(args, "flops");
     if (bytes > 0 || flops > 0) {
@@ -331,19 +336,20 @@ void slice_details(const AppState& app, const SliceRef& ref) {
       if (bytes > 0) ImGui::Text("achieved %.1f GB/s", bytes / (dur * 1e3));
       if (flops > 0) ImGui::Text("achieved %.2f TFLOP/s", flops / (dur * 1e6));
     }
-    if (s.category == Category::comm && args.contains("Collective name")) {
-      CollectiveRecord c;
-      c.name = string(args, "Collective name");
-      c.in_nelems = static_cast<int64_t>(number(args, "In msg nelems"));
-      c.out_nelems = args.contains("Out msg nelems") ? static_cast<int64_t>(number(args, "Out msg nelems")) : c.in_nelems;
-      c.dtype_bytes = dtype_bytes(string(args, "dtype"));
-      c.group_size = std::max(1, static_cast<int>(number(args, "Group size")));
-      const int64_t bytes_s = collective_bytes(c);
-      const double algbw = static_cast<double>(bytes_s) / (dur * 1e3);
-      ImGui::Separator();
-      ImGui::Text("%s of %s over %d ranks", c.name.c_str(), human_bytes(static_cast<double>(bytes_s)).c_str(), c.group_size);
-      ImGui::Text("algbw %.1f GB/s   busbw %.1f GB/s", algbw, algbw * bus_factor(c.name, c.group_size));
-    }
+  }
+
+  // A communication kernel as the metrics see it (its record in the rank's timeline): the bus
+  // bandwidth nccl-tests reports (comparable across world sizes), and the link its bytes left by.
+  if (const CollectiveRecord* record = app.collective_record(ref)) {
+    const CollectiveMetrics c = collective_metrics(*record);
+    ImGui::Separator();
+    ImGui::Text("%s of %s over %d ranks", c.name.c_str(), human_bytes(static_cast<double>(c.bytes)).c_str(), c.group_size);
+    ImGui::Text("algbw %.1f GB/s   busbw %.1f GB/s", c.algbw_GBps, c.busbw_GBps);
+    if (c.link_tier == LinkTierKind::unknown)
+      ImGui::TextDisabled("link: the trace does not say");
+    else
+      ImGui::Text("%s (%s): this rank sends %s", c.link.c_str(), std::string(link_tier_name(c.link_tier)).c_str(),
+                  human_bytes(static_cast<double>(c.link_bytes)).c_str());
   }
 
   if (const Collective* c = app.collective(ref); c && c->peers.size() > 1) {
@@ -378,7 +384,8 @@ namespace {
 // The Compare tab's rows, in order: what each averages and which way is better. Less of the
 // time a step loses (waiting, idle, communication nothing hid) or of memory is better, and so is
 // more hidden under compute. Compute, comm and memcpy time are the work itself: more of it is
-// neither (a strategy that adds comm but hides it is no worse for it).
+// neither (a strategy that adds comm but hides it is no worse for it). So are bytes sent inside a
+// node; fewer over the network, the slow tier, is better (HSDP's point).
 struct CompareMetric {
   const char* name;
   double (*value)(const StepMetrics&);
@@ -398,6 +405,10 @@ constexpr CompareMetric kCompareMetrics[] = {
     {"peak allocated", [](const StepMetrics& s) { return static_cast<double>(s.peak_allocated); }, true,
      CompareRow::lower},
     {"peak reserved", [](const StepMetrics& s) { return static_cast<double>(s.peak_reserved); }, true,
+     CompareRow::lower},
+    {"intra-node sent", [](const StepMetrics& s) { return static_cast<double>(s.intra_node_bytes); }, true,
+     CompareRow::neither},
+    {"network sent", [](const StepMetrics& s) { return static_cast<double>(s.network_bytes); }, true,
      CompareRow::lower},
 };
 

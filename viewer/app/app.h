@@ -69,7 +69,9 @@ struct Run {
   std::vector<std::vector<DepthIndex>> depth_index;  // [rank][lane]
   std::vector<std::unordered_map<uint64_t, std::vector<SliceRef>>> by_correlation;  // [rank]
   std::vector<Collective> collectives;  // built once per run (make_run); replaced with the run (set_runs)
-  std::vector<std::unordered_map<uint64_t, uint32_t>> collective_of;  // [rank]: lane << 32 | slice -> collectives[]
+  using BySlice = std::vector<std::unordered_map<uint64_t, uint32_t>>;  // [rank]: slice_key -> an index
+  BySlice collective_of;  // -> collectives[]
+  BySlice record_of;      // -> the rank's timeline.collectives[]: every comm kernel's record (send/recv too)
   std::vector<double> counter_max;  // [rank]: the largest counter value, the memory graph's scale
   std::vector<std::vector<StepMetrics>> steps;  // [rank]: step_metrics, computed once
   std::vector<bool> sync_name;  // [interned name]: a synchronization's name (ViewCategory::sync)
@@ -130,6 +132,8 @@ struct AppState {
   const Slice* slice(const SliceRef& r) const;
   // The collective a slice is one rank's part of (nullptr: not a collective's kernel).
   const Collective* collective(const SliceRef& r) const;
+  // A communication kernel's record in its rank's timeline (nullptr: not one).
+  const CollectiveRecord* collective_record(const SliceRef& r) const;
 };
 
 // Looks and words, shared by the widget and the panels.
@@ -144,7 +148,7 @@ struct CompareRow {
   enum Better { lower, higher, neither };  // which way the compared run is better off
   const char* name;
   double run, compared;
-  bool bytes;  // memory (else microseconds)
+  bool bytes;  // an amount of bytes: memory, or what was sent (else microseconds)
   Better better;
 };
 std::vector<CompareRow> compare_rows(const AppState& app);

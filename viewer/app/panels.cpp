@@ -25,6 +25,11 @@ void share_cell(double us, double window_us) {
   ImGui::Text("%s (%.0f%%)", format_time(us).c_str(), window_us > 0 ? 100 * us / window_us : 0.0);
 }
 
+void bytes_cell(int64_t bytes) {
+  ImGui::TableNextColumn();
+  ImGui::TextUnformatted(human_bytes(static_cast<double>(bytes)).c_str());
+}
+
 void headers(std::initializer_list<const char*> names) {
   for (const char* n : names) ImGui::TableSetupColumn(n);
   ImGui::TableSetupScrollFreeze(0, 1);
@@ -86,9 +91,9 @@ void details_tab(AppState& app) {
 }
 
 void steps_tab(AppState& app) {
-  if (!ImGui::BeginTable("steps", 12, kTableFlags)) return;
+  if (!ImGui::BeginTable("steps", 14, kTableFlags)) return;
   headers({"rank", "step", "step time", "compute", "comm", "overlapped", "exposed comm", "memcpy", "copy overlap",
-           "idle", "peak allocated", "peak reserved"});
+           "idle", "peak allocated", "peak reserved", "intra-node sent", "network sent"});
   for (size_t r = 0; r < app.runs.size(); ++r) {
     const Run& run = app.runs[r];
     for (size_t k = 0; k < run.steps.size(); ++k)
@@ -111,10 +116,10 @@ void steps_tab(AppState& app) {
         share_cell(s.memcpy_us, s.step_us);
         share_cell(s.copy_overlap_us, s.step_us);
         share_cell(s.idle_us, s.step_us);
-        ImGui::TableNextColumn();
-        ImGui::TextUnformatted(human_bytes(static_cast<double>(s.peak_allocated)).c_str());
-        ImGui::TableNextColumn();
-        ImGui::TextUnformatted(human_bytes(static_cast<double>(s.peak_reserved)).c_str());
+        bytes_cell(s.peak_allocated);
+        bytes_cell(s.peak_reserved);
+        bytes_cell(s.intra_node_bytes);  // what this rank's collectives sent over each link tier
+        bytes_cell(s.network_bytes);
       }
   }
   ImGui::EndTable();

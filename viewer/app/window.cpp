@@ -71,16 +71,23 @@ nlohmann::json slice_json(const AppState& app, const SliceRef& ref) {
   if (!s) return nullptr;
   const Run& run = app.runs[static_cast<size_t>(ref.run)];
   const Rank& rank = run.model.ranks[static_cast<size_t>(ref.rank)];
-  return {{"run", ref.run},
-          {"rank", rank.rank},
-          {"lane", ref.lane},
-          {"lane_name", rank.lanes[static_cast<size_t>(ref.lane)].name},
-          {"index", ref.slice},
-          {"name", run.model.names[s->name]},
-          {"category", category_name(view_category(run, *s))},
-          {"depth", s->depth},
-          {"start_us", s->start_us + run.offset_us},
-          {"end_us", s->end_us + run.offset_us}};
+  nlohmann::json j = {{"run", ref.run},
+                      {"rank", rank.rank},
+                      {"lane", ref.lane},
+                      {"lane_name", rank.lanes[static_cast<size_t>(ref.lane)].name},
+                      {"index", ref.slice},
+                      {"name", run.model.names[s->name]},
+                      {"category", category_name(view_category(run, *s))},
+                      {"depth", s->depth},
+                      {"start_us", s->start_us + run.offset_us},
+                      {"end_us", s->end_us + run.offset_us}};
+  // A communication kernel: the figures its details show (bandwidths, link, bytes sent).
+  if (const CollectiveRecord* record = app.collective_record(ref)) {
+    const CollectiveMetrics c = collective_metrics(*record);
+    j["collective_metrics"] = to_json(c);
+    j["collective_metrics"]["link"] = c.link;
+  }
+  return j;
 }
 
 const char* verdict_name(CompareChange::Verdict v) {
@@ -492,6 +499,7 @@ nlohmann::json Viewer::state() const {
   for (const CompareRow& row : compare_rows(app)) {
     const CompareChange change = compare_change(row);
     compare.push_back({{"name", row.name},
+                       {"bytes", row.bytes},
                        {"run", row.run},
                        {"compared", row.compared},
                        {"change", change.text},
