@@ -119,13 +119,33 @@ TEST_CASE("mpi_comm: link_for picks intra-node until a group spans nodes", "[set
   Profile p;
   p.gpus_per_node = 8;
   p.nodes = 2;
+  p.nics_per_node = 8;  // one per GPU
   p.intra.name = "NVLink";
+  p.intra.busbw_GBps = 370;
   p.inter.name = "InfiniBand";
-  CHECK(&link_for(p, {0, 1, 2, 3, 4, 5, 6, 7}) == &p.intra);
-  CHECK(&link_for(p, {8, 9, 15}) == &p.intra);
-  CHECK(&link_for(p, {0, 8}) == &p.inter);
-  CHECK(&link_for(p, {7, 8}) == &p.inter);
-  CHECK(&link_for(p, {3}) == &p.intra);
+  p.inter.busbw_GBps = 46;
+  CHECK(link_for(p, {0, 1, 2, 3, 4, 5, 6, 7}).name == "NVLink");
+  CHECK(link_for(p, {8, 9, 15}).busbw_GBps == 370);
+  CHECK(link_for(p, {3}).name == "NVLink");
+  // Across nodes: one NIC per member on the node with the fewest, up to the node's own link.
+  CHECK(link_for(p, {0, 8}).name == "InfiniBand");
+  CHECK(link_for(p, {0, 8}).busbw_GBps == 46);
+  CHECK(link_for(p, {7, 8}).busbw_GBps == 46);
+  CHECK(link_for(p, {6, 7, 8, 9, 10}).busbw_GBps == 2 * 46);
+  CHECK(link_for(p, {6, 7, 8, 9, 10}).name == "InfiniBand (x2 NICs)");
+  CHECK(link_for(p, {0, 1, 2, 3, 8, 9, 10, 11}).busbw_GBps == 4 * 46);
+  std::vector<int> all(16);
+  for (int r = 0; r < 16; ++r) all[static_cast<size_t>(r)] = r;
+  CHECK(link_for(p, all).busbw_GBps == 8 * 46);  // just under NVLink's 370
+  CHECK(link_for(p, all).name == "InfiniBand (x8 NICs)");
+  p.intra.busbw_GBps = 300;  // a node link slower than its NICs together caps the ring
+  CHECK(link_for(p, all).busbw_GBps == 300);
+  // One NIC a node, shared by its 8 GPUs: a group with one GPU a node gets an eighth of it.
+  p.nics_per_node = 1;
+  CHECK(link_for(p, all).busbw_GBps == 46);
+  CHECK(link_for(p, all).name == "InfiniBand");
+  CHECK(link_for(p, {0, 8}).busbw_GBps == Approx(46.0 / 8));
+  CHECK(link_for(p, {0, 8}).name == "InfiniBand (1/8 of a NIC)");
   CHECK(link_tier_of(p, {8, 9, 15}) == LinkTierKind::intra_node);
   CHECK(link_tier_of(p, {7, 8}) == LinkTierKind::network);
 
@@ -139,6 +159,7 @@ TEST_CASE("mpi_comm: the trace names the link a rank's bytes leave by: the group
   // Two nodes of two GPUs: ranks 0 and 1 on node 0, ranks 2 and 3 on node 1.
   Profile p = load_profile("h100-2x8");
   p.gpus_per_node = 2;
+  p.nics_per_node = 2;  // one per GPU, as h100-2x8
   SimDevice dev(p, ComputeMode::real, world_rank(), world_size());
   const auto world = MpiComm::world(dev, false);
   const int rank = world_rank(), n = world_size();
@@ -155,7 +176,10 @@ TEST_CASE("mpi_comm: the trace names the link a rank's bytes leave by: the group
   REQUIRE(records.size() == (n > 1 ? 2u : 1u));
   const bool one_node = n <= 2;
   CHECK(records[0].link_tier == (one_node ? LinkTierKind::intra_node : LinkTierKind::network));
-  CHECK(records[0].link == (one_node ? p.intra.name : p.inter.name));
+  CHECK(records[0].link == link_for(p, world->world_ranks()).name);
+  // The world's ring crosses with as many NICs as it has members on the node with the fewest.
+  if (n == 4) CHECK(records[0].link == p.inter.name + " (x2 NICs)");
+  if (n == 3) CHECK(records[0].link == p.inter.name);
   if (n > 1) {
     const int peer = to >= 0 ? to : from;
     const bool pair_on_one_node = p.node_of(peer) == p.node_of(rank);

@@ -1,8 +1,23 @@
 #include "comm/comm.h"
 
 #include <algorithm>
+#include <climits>
+#include <map>
+#include <numeric>
 
 namespace shardlab {
+
+namespace {
+
+// "8", "1/8", "3/2": a / b in lowest terms.
+std::string format_ratio(int a, int b) {
+  const int d = std::gcd(a, b);
+  std::string s = std::to_string(a / d);
+  if (b / d != 1) s.append("/").append(std::to_string(b / d));
+  return s;
+}
+
+}  // namespace
 
 std::string_view reduce_op_name(ReduceOp op) {
   switch (op) {
@@ -99,14 +114,6 @@ std::string nccl_kernel_name(CollectiveKind kind, ReduceOp op, DType dtype, std:
   return name;
 }
 
-namespace {
-
-const LinkTier& link_of_tier(const Profile& profile, LinkTierKind tier) {
-  return tier == LinkTierKind::intra_node ? profile.intra : profile.inter;
-}
-
-}  // namespace
-
 LinkTierKind link_tier_of(const Profile& profile, const std::vector<int>& world_ranks) {
   const bool one_node = std::all_of(world_ranks.begin(), world_ranks.end(), [&](int r) {
     return profile.node_of(r) == profile.node_of(world_ranks.front());
@@ -114,8 +121,28 @@ LinkTierKind link_tier_of(const Profile& profile, const std::vector<int>& world_
   return one_node ? LinkTierKind::intra_node : LinkTierKind::network;
 }
 
-const LinkTier& link_for(const Profile& profile, const std::vector<int>& world_ranks) {
-  return link_of_tier(profile, link_tier_of(profile, world_ranks));
+// A group inside one node pays the node's link. A group that spans nodes pays the network, whose
+// tier in a profile is one NIC. A ring that crosses from one node to the next carries, at that
+// boundary, what one rank sends, and NCCL spreads the ring's channels over the NICs near the
+// group's GPUs: with a NIC per GPU (HGX/DGX), as many NICs as the group has members on the node.
+// Every GPU of a node is taken to be in some group that crosses at the same time (FSDP's and
+// HSDP's collectives all are), so a group with m of a node's g GPUs gets m/g of the node's NICs:
+// the ring's bus bandwidth is one NIC's times that share, on the node where the group has the
+// fewest members, and at most the node's own link, which every byte crosses too. (Two nodes of 8
+// A100s over 4 HDR NICs each measure ~96 GB/s of busbw, 4 x 25 GB/s: nccl-tests#119.) The model
+// ignores NCCL's tree algorithm and PXN; a pair (sendrecv) is one member a node.
+LinkTier link_for(const Profile& profile, const std::vector<int>& world_ranks) {
+  if (link_tier_of(profile, world_ranks) == LinkTierKind::intra_node) return profile.intra;
+  std::map<int, int> members;  // node -> the group's ranks on it
+  for (int r : world_ranks) ++members[profile.node_of(r)];
+  int fewest = INT_MAX;
+  for (const auto& [node, n] : members) fewest = std::min(fewest, n);
+  const int nics = fewest * profile.nics_per_node, gpus = profile.gpus_per_node;  // NICs = nics / gpus
+  LinkTier link = profile.inter;
+  link.busbw_GBps = std::min(profile.intra.busbw_GBps, profile.inter.busbw_GBps * nics / gpus);
+  if (nics > gpus) link.name.append(" (x").append(format_ratio(nics, gpus)).append(" NICs)");
+  if (nics < gpus) link.name.append(" (").append(format_ratio(nics, gpus)).append(" of a NIC)");
+  return link;
 }
 
 std::string group_ranks_text(const std::vector<int>& world_ranks) {
@@ -141,7 +168,7 @@ CollectiveArgs collective_args(const Comm& c, const OperationArgs& op) {
   a.group_name = c.name();
   a.group_ranks = group_ranks_text(ranks);
   a.seq = op.seq;
-  a.link = link_of_tier(profile, tier).name;
+  a.link = link_for(profile, link_ranks).name;
   a.link_tier = tier;
   return a;
 }

@@ -77,8 +77,9 @@ std::string nccl_kernel_name(CollectiveKind kind, ReduceOp op, DType dtype, std:
 // The tier a group of ranks (ranks in the job) communicates over: intra-node when every member
 // sits on one node, network as soon as the group spans nodes.
 LinkTierKind link_tier_of(const Profile& profile, const std::vector<int>& world_ranks);
-// That tier's link in the profile (intra or inter), whose constants the cost model charges.
-const LinkTier& link_for(const Profile& profile, const std::vector<int>& world_ranks);
+// The link whose constants the cost model charges the group: the profile's intra tier, or its
+// inter tier with the bandwidth of the NICs the group's ring uses (comm.cpp).
+LinkTier link_for(const Profile& profile, const std::vector<int>& world_ranks);
 // "[0, 1, 2, 3]": a group's ranks in the job, as Kineto's "Process Group Ranks" writes them.
 std::string group_ranks_text(const std::vector<int>& world_ranks);
 

@@ -119,6 +119,7 @@ Profile load_profile(const std::string& name_or_path) {
   p.memcpy_latency_us = number(root, "host.memcpy_latency_us", f, false);
   p.gpus_per_node = static_cast<int>(number(root, "topology.gpus_per_node", f));
   p.nodes = static_cast<int>(number(root, "topology.nodes", f));
+  p.nics_per_node = static_cast<int>(number(root, "topology.nics_per_node", f));
   p.intra = link(root, "intra", f);
   p.inter = link(root, "inter", f);
   if (p.matmul_efficiency > 1 || p.elementwise_efficiency > 1)

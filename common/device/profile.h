@@ -50,6 +50,7 @@ struct Profile {
   // Topology
   int gpus_per_node = 0;
   int nodes = 0;
+  int nics_per_node = 0;  // network links of a node, shared by its GPUs (inter is one NIC)
   LinkTier intra;  // within a node
   LinkTier inter;  // a group that spans nodes
 
