@@ -74,7 +74,9 @@ std::pair<int, int> mesh_shape(const RunShape& run) {
 
 double MiB(double bytes) { return bytes / (1024.0 * 1024.0); }
 
-bool on_network(const Profile& profile, const Comm& group) { return &link_for(profile, group.world_ranks()) == &profile.inter; }
+bool on_network(const Profile& profile, const Comm& group) {
+  return link_tier_of(profile, group.world_ranks()) == LinkTierKind::network;
+}
 
 void lesson(Job& job) {
   Device& dev = job.device();
