@@ -197,22 +197,22 @@ add_test(NAME "ch07: a mesh R x S other than the world exits 2 before step 1"
                  -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch07> --replicate 2 --shard 1)
 set_tests_properties("ch07: a replica count that does not divide the world exits 2 before step 1"
                      "ch07: a mesh R x S other than the world exits 2 before step 1" PROPERTIES PROCESSORS 4)
-# The lesson's shape on gpt-1b over two nodes of 8 H100s (16 ranks, --compute skip): HYBRID_SHARD
-# 2 x 8 against FULL_SHARD over 16: a shorter step with fewer network bytes, FULL_SHARD's peak
-# memory lower; every strategy's bytes per link equal the ring model within 1%, HSDP's memory
-# chapter 05's formula with S = 8 within 2%.
-set(big "--profile h100-2x8 --model gpt-1b --global-batch 16 --seq-len 1024 --compute skip --steps 2")
+# The lesson's shape on gpt-1b over two nodes of 8 H100s sharing one NIC a node (16 ranks,
+# --compute skip): HYBRID_SHARD 2 x 8 against FULL_SHARD over 16: a shorter step with fewer
+# network bytes, FULL_SHARD's peak memory lower; every strategy's bytes per link equal the ring
+# model within 1%, HSDP's memory chapter 05's formula with S = 8 within 2%.
+set(big "--profile h100-2x8-1nic --model gpt-1b --global-batch 16 --seq-len 1024 --compute skip --steps 2")
 foreach(sharding full hybrid hybrid-zero2 grad-op)
-  add_test(NAME "ch07: gpt-1b on 2 x 8 H100s, ${sharding}: bytes per link equal the ring model within 1%"
+  add_test(NAME "ch07: gpt-1b on 2 x 8 H100s with one NIC a node, ${sharding}: bytes per link equal the ring model within 1%"
            COMMAND sh -c "${MPIRUN_SH} -np 16 $<TARGET_FILE:shardlab_ch07> ${big} --sharding ${sharding} --trace-dir '${RUNS}' --run-name ch07_big_${sharding} > /dev/null && ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_figures.py '${RUNS}/ch07_big_${sharding}/summary.json' 'abs(network_MB - network_formula_MB) <= 0.01 * network_formula_MB' 'abs(intra_node_MB - intra_node_formula_MB) <= 0.01 * intra_node_formula_MB'")
-  set_tests_properties("ch07: gpt-1b on 2 x 8 H100s, ${sharding}: bytes per link equal the ring model within 1%"
+  set_tests_properties("ch07: gpt-1b on 2 x 8 H100s with one NIC a node, ${sharding}: bytes per link equal the ring model within 1%"
                        PROPERTIES TIMEOUT 300 PROCESSORS 2 FIXTURES_SETUP ch07_big_${sharding})
 endforeach()
-add_test(NAME "ch07: gpt-1b on 2 x 8 H100s: HYBRID_SHARD's step is shorter than FULL_SHARD's with fewer network bytes, FULL_SHARD's memory lower, HSDP's memory the formula within 2%"
+add_test(NAME "ch07: gpt-1b on 2 x 8 H100s with one NIC a node: HYBRID_SHARD's step is shorter than FULL_SHARD's with fewer network bytes, FULL_SHARD's memory lower, HSDP's memory the formula within 2%"
          COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_figures.py ${RUNS}/ch07_big_hybrid/summary.json --as full ${RUNS}/ch07_big_full/summary.json
                  "step_ms < full_step_ms" "network_MB < full_network_MB" "full_peak_allocated_MiB < peak_allocated_MiB"
                  "abs(peak_allocated_MiB / memory_formula_MiB - 1) < 0.02")
-set_tests_properties("ch07: gpt-1b on 2 x 8 H100s: HYBRID_SHARD's step is shorter than FULL_SHARD's with fewer network bytes, FULL_SHARD's memory lower, HSDP's memory the formula within 2%"
+set_tests_properties("ch07: gpt-1b on 2 x 8 H100s with one NIC a node: HYBRID_SHARD's step is shorter than FULL_SHARD's with fewer network bytes, FULL_SHARD's memory lower, HSDP's memory the formula within 2%"
                      PROPERTIES FIXTURES_REQUIRED "ch07_big_full;ch07_big_hybrid")
 foreach(t "ch02;shardlab_ch02;4;--grad-accum 3" "ch03;shardlab_ch03;3;--grad-accum 2 --bucket-cap-mb 0.01 --first-bucket-mb 0.002")
   list(GET t 0 name)

@@ -2,7 +2,7 @@
 //
 //   cmake --preset default && cmake --build --preset default
 //   mpirun -np 4 build/chapters/shardlab_ch07 --profile h100-2x2     # tiny GPT, mesh 2 x 2: trains, checks itself
-//   mpirun -np 16 build/chapters/shardlab_ch07 --profile h100-2x8 --model gpt-1b --global-batch 16
+//   mpirun -np 16 build/chapters/shardlab_ch07 --profile h100-2x8-1nic --model gpt-1b --global-batch 16
 //       --seq-len 1024 --compute skip --steps 3                         # HYBRID_SHARD 2 x 8
 //   (the same with --sharding full)                                     # FULL_SHARD over 16
 //
