@@ -323,6 +323,15 @@ foreach(limit off on)
   set_tests_properties("ch06: the reference trace in traces/06_thrash_${limit} (rank 0, gzipped) is what the code writes" PROPERTIES TIMEOUT 300 PROCESSORS 2)
 endforeach()
 shardlab_reference_trace_test("ch05 (none)" shardlab_ch05 05_prefetch_none 2 --model gpt2-small --global-batch 2 --seq-len 1024 --compute skip --steps 2 --backward-prefetch none)
+shardlab_reference_trace_test(ch07 shardlab_ch07 07_hsdp 4 --profile h100-2x2 --model gpt2-small --global-batch 4 --seq-len 1024 --compute skip --steps 2)
+# Chapter 07's picture: FULL_SHARD against HYBRID_SHARD on 16 ranks sharing one NIC a node, rank 0
+# of each, gzipped as chapter 06's.
+foreach(sharding full hybrid)
+  set(dir ${RUNS}/reference_ch07_${sharding}_1nic)
+  add_test(NAME "ch07: the reference trace in traces/07_${sharding}_1nic (rank 0, gzipped) is what the code writes"
+           COMMAND sh -c "rm -rf '${dir}' && mkdir -p '${dir}' && cd '${dir}' && ${MPIRUN_SH} -np 16 $<TARGET_FILE:shardlab_ch07> --profile h100-2x8-1nic --model gpt2-small --global-batch 16 --seq-len 1024 --compute skip --steps 3 --sharding ${sharding} --trace-dir traces --run-name 07_${sharding}_1nic > /dev/null && gzip -dc '${PROJECT_SOURCE_DIR}/traces/07_${sharding}_1nic/rank0.json.gz' | cmp - traces/07_${sharding}_1nic/rank0.json || { echo 'traces/07_${sharding}_1nic differs: regenerate it (traces/README.md)'; exit 1; }")
+  set_tests_properties("ch07: the reference trace in traces/07_${sharding}_1nic (rank 0, gzipped) is what the code writes" PROPERTIES TIMEOUT 300 PROCESSORS 2)
+endforeach()
 
 # Notebooks are executed (Debian's jupyter-nbconvert). Each runs its chapter into the build tree.
 find_program(JUPYTER jupyter)
@@ -369,7 +378,7 @@ if(TARGET shardlab-view AND XVFB_RUN)
 
   # Each chapter README shows a viewer screenshot of its reference trace with the command that
   # made it: the command is rerun as written (into the build tree) and its picture checked.
-  foreach(chapter 00_streams_events 01_ring_allreduce 02_naive_ddp 03_bucketed_ddp 04_fsdp 05_prefetch 06_rate_limit)
+  foreach(chapter 00_streams_events 01_ring_allreduce 02_naive_ddp 03_bucketed_ddp 04_fsdp 05_prefetch 06_rate_limit 07_hsdp)
     add_test(NAME "viewer: the README screenshot command of chapter ${chapter} works"
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_readme_screenshot.py $<TARGET_FILE:shardlab-view>
                      ${PROJECT_SOURCE_DIR}/chapters/${chapter}/README.md ${VIEWER_OUT}/readme/${chapter}.png)
