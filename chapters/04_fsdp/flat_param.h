@@ -180,7 +180,8 @@ class FlatParam {
       if (&s != &post) dev.record_stream(reduced, s);  // allocated on post, last used on s
       dev.free(reduced);
     }
-    // Allocated on the compute stream, last used on `post` (and on `s`, if it is the gradient).
+    // Allocated on the compute stream, used on `post`, and on `s` when a group of one hands the
+    // gradient itself to the all-reduce (recorded on `s` in every case: it costs an event).
     dev.record_stream(full_grad_, post);
     if (&s != &post) dev.record_stream(full_grad_, s);
     dev.free(full_grad_);
