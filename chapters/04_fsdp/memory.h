@@ -27,15 +27,23 @@ struct MemoryFormula {
   int64_t total() const { return sharded_state + unsharded + activations; }
 };
 
+// The parameters of FSDP's units: the root (embeddings, final norm) and one block (all alike).
+struct UnitSizes {
+  int64_t root = 0, block = 0;
+};
+inline UnitSizes unit_sizes(const GPTConfig& cfg) {
+  UnitSizes n;
+  for (const auto& p : gpt_params(cfg)) {
+    if (p.unit == 0 || p.unit == cfg.layers + 1) n.root += p.shape.numel();
+    else if (p.unit == 1) n.block += p.shape.numel();
+  }
+  return n;
+}
+
 inline MemoryFormula fsdp_peak_memory(const GPTConfig& cfg, int64_t B, int64_t T, int world, bool full_shard) {
   const auto f32 = [](int64_t elements) { return static_cast<int64_t>(CachingAllocator::round_size(static_cast<size_t>(elements) * 4)); };
-  const std::vector<ParamInfo> params = gpt_params(cfg);
-  int64_t root = 0, block = 0;
-  for (const auto& p : params) {
-    if (p.unit == 0 || p.unit == cfg.layers + 1) root += p.shape.numel();
-    else if (p.unit == 1) block += p.shape.numel();
-  }
-  const ShardLayout r{root, world}, b{block, world};
+  const UnitSizes n = unit_sizes(cfg);
+  const ShardLayout r{n.root, world}, b{n.block, world};
   MemoryFormula m;
   m.sharded_state = 4 * (f32(r.shard()) + cfg.layers * f32(b.shard()));
   if (world > 1) m.unsharded = 2 * f32(r.padded()) + (full_shard ? 0 : cfg.layers * f32(b.padded()));

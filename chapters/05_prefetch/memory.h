@@ -20,9 +20,7 @@ namespace ch05 {
 inline ch04::MemoryFormula fsdp_peak_memory(const GPTConfig& cfg, int64_t B, int64_t T, int world, const FsdpOptions& o) {
   ch04::MemoryFormula m = ch04::fsdp_peak_memory(cfg, B, T, world, o.full_shard);
   if (world > 1 && o.full_shard && o.backward_prefetch == BackwardPrefetch::pre) {
-    int64_t block = 0;
-    for (const auto& p : gpt_params(cfg))
-      if (p.unit == 1) block += p.shape.numel();
+    const int64_t block = ch04::unit_sizes(cfg).block;
     m.unsharded += static_cast<int64_t>(CachingAllocator::round_size(static_cast<size_t>(ch04::ShardLayout{block, world}.padded()) * 4));
   }
   return m;

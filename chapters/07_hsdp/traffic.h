@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "04_fsdp/flat_param.h"
+#include "04_fsdp/memory.h"
 #include "model/model.h"
 
 namespace ch07 {
@@ -35,11 +36,7 @@ struct LinkBytes {
 // no all-reduce (FULL_SHARD or SHARD_GRAD_OP over the shard group, here the world).
 inline LinkBytes expected_link_bytes(const GPTConfig& cfg, int shards, int replicas, bool full_shard,
                                      bool shard_on_network, bool replicate_on_network, int64_t micro_batches) {
-  int64_t root = 0, block = 0;
-  for (const auto& p : gpt_params(cfg)) {
-    if (p.unit == 0 || p.unit == cfg.layers + 1) root += p.shape.numel();
-    else if (p.unit == 1) block += p.shape.numel();
-  }
+  const ch04::UnitSizes n = ch04::unit_sizes(cfg);
   LinkBytes bytes;
   const auto unit = [&](int64_t numel, int gathers) {
     const ch04::ShardLayout layout{numel, shards};
@@ -48,8 +45,8 @@ inline LinkBytes expected_link_bytes(const GPTConfig& cfg, int shards, int repli
     if (replicas > 1) bytes.add(replicate_on_network, 2.0 * (replicas - 1.0) / replicas * padded / shards);
   };
   for (int64_t m = 0; m < micro_batches; ++m) {
-    unit(root, 1);  // never freed between forward and backward
-    for (int64_t l = 0; l < cfg.layers; ++l) unit(block, full_shard ? 2 : 1);
+    unit(n.root, 1);  // never freed between forward and backward
+    for (int64_t l = 0; l < cfg.layers; ++l) unit(n.block, full_shard ? 2 : 1);
   }
   return bytes;
 }
