@@ -174,16 +174,16 @@ class FlatParam {
   // The second, on stream `s`: postdivide, accumulate into this rank's gradient shard, free.
   void accumulate_grad(Tensor reduced, Stream& s, Stream& post) {
     Device& dev = job_.device();
+    const bool is_gradient = reduced.alloc_id == full_grad_.alloc_id;  // a group of one scattered nothing
     ops::scale_(dev, s, reduced, static_cast<float>(1.0 / gradient_factors(grad_world()).post));
     ops::add_(dev, s, grad_shard_, reduced);
-    if (reduced.alloc_id != full_grad_.alloc_id) {
+    if (!is_gradient) {
       if (&s != &post) dev.record_stream(reduced, s);  // allocated on post, last used on s
       dev.free(reduced);
     }
-    // Allocated on the compute stream, used on `post`, and on `s` when a group of one hands the
-    // gradient itself to the all-reduce (recorded on `s` in every case: it costs an event).
+    // Allocated on the compute stream, last used on `post`, or on `s` when it was the shard.
     dev.record_stream(full_grad_, post);
-    if (&s != &post) dev.record_stream(full_grad_, s);
+    if (is_gradient && &s != &post) dev.record_stream(full_grad_, s);
     dev.free(full_grad_);
   }
 
