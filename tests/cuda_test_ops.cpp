@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -173,22 +174,30 @@ TEST_CASE("cuda: elementwise and memory ops", "[cuda]") {
 }
 
 TEST_CASE("cuda: embedding forward and backward", "[cuda]") {
-  Fixture f;
-  const int64_t B = 3, T = 37, C = 71, V = 101, maxT = T + 5;  // V small: tokens repeat
-  std::printf("embedding, B %lld T %lld C %lld V %lld\n", static_cast<long long>(B), static_cast<long long>(T),
-              static_cast<long long>(C), static_cast<long long>(V));
-  Tensor tokens = f.ids({B, T}, static_cast<int32_t>(V));
-  Tensor wte = f.random({V, C}), wpe = f.random({maxT, C}), out = f.random({B, T, C});
-  Tensor dout = f.random({B, T, C}), dwte = f.random({V, C}), dwpe = f.random({maxT, C});
-  Gpu gtok(tokens), gwte(wte), gwpe(wpe), gout(out), gdout(dout), gdwte(dwte), gdwpe(dwpe);
-  ops::embedding_forward(f.dev, f.s(), out, tokens, wte, wpe);
-  ops::embedding_backward(f.dev, f.s(), dwte, dwpe, dout, tokens);
-  cuda::embedding_forward(gout.f(), gtok.i(), gwte.f(), gwpe.f(), B, T, C, V, f.stream());
-  cuda::embedding_backward(gdwte.f(), gdwpe.f(), gdout.f(), gtok.i(), B, T, C, V, f.stream());
-  f.finish();
-  expect_close("embedding_forward", gout, out, kElementwise);
-  expect_close("embedding_backward dwte", gdwte, dwte, kElementwise);
-  expect_close("embedding_backward dwpe", gdwpe, dwpe, kElementwise);
+  // In order (position t for column t), and with position ids as chapter 08 gives them: columns
+  // taken out of order from a longer table.
+  for (const bool with_positions : {false, true}) {
+    Fixture f;
+    const int64_t B = 3, T = 37, C = 71, V = 101, maxT = with_positions ? 3 * T : T + 5;  // V small: tokens repeat
+    std::printf("embedding, B %lld T %lld C %lld V %lld%s\n", static_cast<long long>(B), static_cast<long long>(T),
+                static_cast<long long>(C), static_cast<long long>(V), with_positions ? ", position ids" : "");
+    Tensor tokens = f.ids({B, T}, static_cast<int32_t>(V));
+    Tensor positions = with_positions ? f.ids({T}, static_cast<int32_t>(maxT)) : Tensor{};
+    Tensor wte = f.random({V, C}), wpe = f.random({maxT, C}), out = f.random({B, T, C});
+    Tensor dout = f.random({B, T, C}), dwte = f.random({V, C}), dwpe = f.random({maxT, C});
+    Gpu gtok(tokens), gwte(wte), gwpe(wpe), gout(out), gdout(dout), gdwte(dwte), gdwpe(dwpe);
+    std::optional<Gpu> gpos;
+    if (with_positions) gpos.emplace(positions);
+    const int32_t* pos = gpos ? gpos->i() : nullptr;
+    ops::embedding_forward(f.dev, f.s(), out, tokens, wte, wpe, positions);
+    ops::embedding_backward(f.dev, f.s(), dwte, dwpe, dout, tokens, positions);
+    cuda::embedding_forward(gout.f(), gtok.i(), pos, gwte.f(), gwpe.f(), B, T, C, V, maxT, f.stream());
+    cuda::embedding_backward(gdwte.f(), gdwpe.f(), gdout.f(), gtok.i(), pos, B, T, C, V, maxT, f.stream());
+    f.finish();
+    expect_close("embedding_forward", gout, out, kElementwise);
+    expect_close("embedding_backward dwte", gdwte, dwte, kElementwise);
+    expect_close("embedding_backward dwpe", gdwpe, dwpe, kElementwise);
+  }
 }
 
 TEST_CASE("cuda: layernorm forward and backward", "[cuda]") {
@@ -304,8 +313,8 @@ TEST_CASE("cuda: attention forward and backward", "[cuda]") {
     Tensor dout = f.random(qs), dq = f.random(qs), dk = f.random(ks), dv = f.random(ks);
     Gpu gq(q), gk(k), gv(v), gout(out), glse(lse), gdout(dout), gdq(dq), gdk(dk), gdv(dv);
     ops::attention_forward(f.dev, f.s(), out, lse, q, k, v, c.mask);
-    cuda::attention_forward(gout.f(), glse.f(), gq.f(), gk.f(), gv.f(), c.B, c.NH, c.Tq, c.Tk, c.hs, causal,
-                            f.stream());
+    cuda::attention_forward(gout.f(), glse.f(), gq.f(), gk.f(), gv.f(), c.B, c.NH, {0, c.Tq, c.Tq}, {0, c.Tk, c.Tk},
+                            c.hs, causal, f.stream());
     f.finish();
     expect_close("attention_forward out", gout, out, kReduction);
     expect_close("attention_forward lse", glse, lse, kReduction);
@@ -313,7 +322,7 @@ TEST_CASE("cuda: attention forward and backward", "[cuda]") {
     Gpu gout_cpu(out), glse_cpu(lse);
     ops::attention_backward(f.dev, f.s(), dq, dk, dv, dout, q, k, v, out, lse, c.mask);
     cuda::attention_backward(gdq.f(), gdk.f(), gdv.f(), gdout.f(), gq.f(), gk.f(), gv.f(), gout_cpu.f(), glse_cpu.f(),
-                             c.B, c.NH, c.Tq, c.Tk, c.hs, causal, f.stream());
+                             c.B, c.NH, {0, c.Tq, c.Tq}, {0, c.Tk, c.Tk}, c.hs, causal, f.stream());
     f.finish();
     expect_close("attention_backward dq", gdq, dq, kGemm);
     expect_close("attention_backward dk", gdk, dk, kGemm);
@@ -327,7 +336,8 @@ TEST_CASE("cuda: attention with no visible key gives lse -inf and output 0", "[c
   Tensor q = f.random({B, NH, Tq, hs}), out = f.random({B, NH, Tq, hs}), lse = f.random({B, NH, Tq});
   Gpu gq(q), gout(out), glse(lse);
   // No keys: k and v are empty, and never read.
-  cuda::attention_forward(gout.f(), glse.f(), gq.f(), nullptr, nullptr, B, NH, Tq, 0, hs, false, f.stream());
+  cuda::attention_forward(gout.f(), glse.f(), gq.f(), nullptr, nullptr, B, NH, {0, Tq, Tq}, {0, 0, 0}, hs, false,
+                          f.stream());
   f.finish();
   for (float x : glse.values()) CHECK(x == -INFINITY);
   for (float x : gout.values()) CHECK(x == 0.0f);
@@ -345,10 +355,56 @@ TEST_CASE("cuda: attention merge", "[cuda]") {
   for (int64_t r = 3; r < lse.numel(); r += 11) lse_b.f32()[r] = -INFINITY;   // theirs saw none
   Gpu gout(out), gout_b(out_b), glse(lse), glse_b(lse_b);
   ops::attention_merge(f.dev, f.s(), out, lse, out_b, lse_b);
-  cuda::attention_merge(gout.f(), glse.f(), gout_b.f(), glse_b.f(), B * NH * T, hs, f.stream());
+  cuda::attention_merge(gout.f(), glse.f(), gout_b.f(), glse_b.f(), B * NH, {0, T, T}, hs, f.stream());
   f.finish();
   expect_close("attention_merge out", gout, out, kElementwise);
   expect_close("attention_merge lse", glse, lse, kElementwise);
+}
+
+// Ring attention's blocks (chapter 08): rows of q against rows of k and v, and a merge on rows,
+// each head's block starting mid-tensor; rows outside the blocks must stay as they were.
+TEST_CASE("cuda: attention on row blocks", "[cuda]") {
+  struct Case {
+    int64_t Tq, Tk;
+    ops::Rows q_rows, kv_rows;
+    AttentionMask mask;
+  };
+  const Case cases[] = {
+      {40, 40, {0, 40}, {0, 20}, AttentionMask::none},    // every query, the first half of the keys
+      {40, 40, {20, 20}, {0, 40}, AttentionMask::none},   // the second half of the queries, every key
+      {33, 21, {5, 7}, {11, 7}, AttentionMask::causal},   // a causal block inside both
+      {16, 16, {3, 1}, {9, 1}, AttentionMask::none},      // one row each
+  };
+  for (const Case& c : cases) {
+    Fixture f;
+    const int64_t B = 2, NH = 3, hs = 24;
+    const bool causal = c.mask == AttentionMask::causal;
+    std::printf("attention on rows [%lld, +%lld) of %lld against [%lld, +%lld) of %lld, %s\n",
+                static_cast<long long>(c.q_rows.begin), static_cast<long long>(c.q_rows.count),
+                static_cast<long long>(c.Tq), static_cast<long long>(c.kv_rows.begin),
+                static_cast<long long>(c.kv_rows.count), static_cast<long long>(c.Tk), causal ? "causal" : "none");
+    const Shape qs{B, NH, c.Tq, hs}, ks{B, NH, c.Tk, hs};
+    Tensor q = f.random(qs, 2.0f), k = f.random(ks, 2.0f), v = f.random(ks), out = f.random(qs);
+    Tensor lse = f.random({B, NH, c.Tq}), out_b = f.random(qs), lse_b = f.random({B, NH, c.Tq}, 5.0f);
+    Tensor dout = f.random(qs), dq = f.random(qs), dk = f.random(ks), dv = f.random(ks);
+    Gpu gq(q), gk(k), gv(v), gout(out), glse(lse), gout_b(out_b), glse_b(lse_b), gdout(dout), gdq(dq), gdk(dk), gdv(dv);
+    const cuda::AttnRows qr{c.q_rows.begin, c.q_rows.count, c.Tq}, kr{c.kv_rows.begin, c.kv_rows.count, c.Tk};
+    ops::attention_forward(f.dev, f.s(), out, lse, q, k, v, c.mask, c.q_rows, c.kv_rows);
+    cuda::attention_forward(gout.f(), glse.f(), gq.f(), gk.f(), gv.f(), B, NH, qr, kr, hs, causal, f.stream());
+    ops::attention_backward(f.dev, f.s(), dq, dk, dv, dout, q, k, v, out, lse, c.mask, c.q_rows, c.kv_rows);
+    Gpu gout_cpu(out), glse_cpu(lse);
+    cuda::attention_backward(gdq.f(), gdk.f(), gdv.f(), gdout.f(), gq.f(), gk.f(), gv.f(), gout_cpu.f(), glse_cpu.f(),
+                             B, NH, qr, kr, hs, causal, f.stream());
+    ops::attention_merge(f.dev, f.s(), out, lse, out_b, lse_b, c.q_rows);
+    cuda::attention_merge(gout_cpu.f(), glse_cpu.f(), gout_b.f(), glse_b.f(), B * NH, qr, hs, f.stream());
+    f.finish();
+    expect_close("attention_forward out", gout, out, kReduction);
+    expect_close("attention_backward dq", gdq, dq, kGemm);
+    expect_close("attention_backward dk", gdk, dk, kGemm);
+    expect_close("attention_backward dv", gdv, dv, kGemm);
+    expect_close("attention_merge out", gout_cpu, out, kElementwise);
+    expect_close("attention_merge lse", glse_cpu, lse, kElementwise);
+  }
 }
 
 TEST_CASE("cuda: qkv split and heads merge, with their adjoints", "[cuda]") {

@@ -34,13 +34,27 @@ namespace ch02 {
 
 using namespace shardlab;
 
+// Which part of the global batch a rank loads: the rows of data-parallel rank `rank` of
+// `ranks`, and of each row the tokens at `positions`, in the order the model holds them (all of
+// them in order when empty). Data parallelism: rank r of the world, every position. Chapter 08
+// splits each sequence over the ranks of a context-parallel group: the data-parallel rank is
+// the group's, the positions this rank's chunks.
+struct DataShard {
+  int rank = 0, ranks = 1;
+  std::vector<int32_t> positions;
+};
+inline DataShard data_parallel_shard(const Job& job) { return {job.rank(), job.world_size(), {}}; }
+
 // This rank's share of each step's global batch, micro-batch by micro-batch, on the device.
 class BatchShare {
  public:
-  BatchShare(Job& job, const TrainSetup& setup, int64_t grad_accum)
+  BatchShare(Job& job, const TrainSetup& setup, int64_t grad_accum) : BatchShare(job, setup, grad_accum, data_parallel_shard(job)) {}
+  BatchShare(Job& job, const TrainSetup& setup, int64_t grad_accum, DataShard shard)
       : job_(job),
         setup_(setup),
-        rows_(micro_rows(setup, job.world_size(), grad_accum)) {
+        shard_(std::move(shard)),
+        rows_(micro_rows(setup, shard_.ranks, grad_accum)),
+        T_(shard_.positions.empty() ? setup.T : static_cast<int64_t>(shard_.positions.size())) {
     // The data exist only when the math is done: under --compute skip no token is ever read.
     // The chain's stationary distribution (seconds for GPT-2's vocabulary) is solved once, by
     // rank 0, and handed to every rank, instead of once per rank on the same cores.
@@ -51,18 +65,25 @@ class BatchShare {
                 " parameters on the CPU...");
       std::vector<double> pi = job.solved_once([&] { return MarkovChain(vocab, setup.fanout, setup.seed).stationary(); });
       chain_.emplace(vocab, setup.fanout, setup.seed, std::move(pi));
-      sampler_.emplace(*chain_, setup.global_batch, setup.T, job.rank(), job.world_size(), setup.seed);
+      sampler_.emplace(*chain_, setup.global_batch, setup.T, shard_.rank, shard_.ranks, setup.seed);
     }
-    Stream& s = job.device().compute_stream();
-    tokens_ = job.device().empty({rows_, setup.T}, DType::i32, s, "tokens");
-    targets_ = job.device().empty({rows_, setup.T}, DType::i32, s, "targets");
+    Device& dev = job.device();
+    Stream& s = dev.compute_stream();
+    tokens_ = dev.empty({rows_, T_}, DType::i32, s, "tokens");
+    targets_ = dev.empty({rows_, T_}, DType::i32, s, "targets");
+    if (!shard_.positions.empty()) {  // where each of this rank's tokens sits in its sequence: loaded once
+      positions_ = dev.empty({T_}, DType::i32, s, "positions");
+      copy_to_device(dev, s, positions_, dev.computes() ? shard_.positions.data() : nullptr);
+    }
   }
   ~BatchShare() {
+    if (positions_.defined()) job_.device().free(positions_);
     job_.device().free(targets_);
     job_.device().free(tokens_);
   }
 
   int64_t rows() const { return rows_; }  // per micro-batch
+  int64_t T() const { return T_; }        // tokens of each row this rank holds
   const MarkovChain& chain() const { return chain_.value(); }  // with real compute only
   int64_t tokens_per_step() const { return setup_.global_batch * setup_.T; }
 
@@ -72,17 +93,17 @@ class BatchShare {
   void load(GPT& model, int64_t step, int64_t micro) {
     Device& dev = job_.device();
     Stream& s = dev.compute_stream();
-    const int64_t share_rows = setup_.global_batch / job_.world_size();
+    const int64_t share_rows = setup_.global_batch / shard_.ranks;
     if (sampler_) {
       const Batch share = sampler_->batch(step);
       const int64_t offset = micro * rows_ * setup_.T;
-      copy_to_device(dev, s, tokens_, share.tokens.data() + offset);
-      copy_to_device(dev, s, targets_, share.targets.data() + offset);
+      copy_to_device(dev, s, tokens_, mine(share.tokens, offset).data());
+      copy_to_device(dev, s, targets_, mine(share.targets, offset).data());
     } else {  // --compute skip: the copies are timed, no data move
       copy_to_device(dev, s, tokens_, nullptr);
       copy_to_device(dev, s, targets_, nullptr);
     }
-    model.set_batch(tokens_, targets_, 1.0f / static_cast<float>(share_rows * setup_.T));
+    model.set_batch(tokens_, targets_, 1.0f / static_cast<float>(share_rows * T_), positions_);
   }
 
  private:
@@ -94,25 +115,41 @@ class BatchShare {
     return setup.global_batch / (world * accum);
   }
 
+  // This micro-batch's rows of the share (from element `offset`), with only this rank's
+  // positions of each row when it holds part of the sequence.
+  std::vector<int32_t> mine(const std::vector<int32_t>& share, int64_t offset) const {
+    const auto first = share.begin() + offset;
+    if (shard_.positions.empty()) return {first, first + rows_ * setup_.T};
+    std::vector<int32_t> out;
+    out.reserve(static_cast<size_t>(rows_ * T_));
+    for (int64_t r = 0; r < rows_; ++r)
+      for (const int32_t p : shard_.positions) out.push_back(first[r * setup_.T + p]);
+    return out;
+  }
+
   Job& job_;
   TrainSetup setup_;
-  int64_t rows_;
+  DataShard shard_;
+  int64_t rows_, T_;
   std::optional<MarkovChain> chain_;
   std::optional<Sampler> sampler_;
-  Tensor tokens_, targets_;
+  Tensor tokens_, targets_, positions_;
 };
 
 class Replica {
  public:
-  // `layout`: the parameter indices in the order the flat buffers hold them.
+  // `layout`: the parameter indices in the order the flat buffers hold them. `shard`: the data
+  // this replica trains on (by default, data parallelism's).
   Replica(Job& job, const TrainSetup& setup, int64_t grad_accum, std::vector<int> layout)
+      : Replica(job, setup, grad_accum, std::move(layout), data_parallel_shard(job)) {}
+  Replica(Job& job, const TrainSetup& setup, int64_t grad_accum, std::vector<int> layout, DataShard shard)
       : job_(job),
         setup_(setup),
         cfg_(GPTConfig::preset(setup.model)),
         grad_accum_(grad_accum),
-        batch_(job, setup, grad_accum),
+        batch_(job, setup, grad_accum, std::move(shard)),
         layout_(std::move(layout)),
-        model_(job.device(), cfg_, batch_.rows(), setup.T) {
+        model_(job.device(), cfg_, batch_.rows(), batch_.T()) {
     Device& dev = job.device();
     Stream& s = dev.compute_stream();
     const int64_t n = gpt_num_params(cfg_);

@@ -219,51 +219,56 @@ namespace {
 
 // One thread per output element: thread i handles out[bt, c] with bt = i / C, c = i % C, so a
 // warp reads 32 consecutive channels of one wte row and one wpe row (coalesced).
-__global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                                         int64_t BT, int64_t T, int64_t C, int64_t V) {
+__global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
+                                         const float* wpe, int64_t BT, int64_t T, int64_t C, int64_t V, int64_t P) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= BT * C) return;
   const int64_t bt = i / C, c = i % C, t = bt % T;
   const int32_t ix = tokens[bt];
+  const int32_t p = positions ? positions[t] : static_cast<int32_t>(t);
   check_index("embedding_forward", "id", ix, "position", bt, V, c == 0);
-  out[i] = wte[ix * C + c] + wpe[t * C + c];
+  check_index("embedding_forward", "position id", p, "column", t, P, c == 0 && bt < T);
+  out[i] = wte[ix * C + c] + wpe[p * C + c];
 }
 
 // One thread per element of dout, mapped as in the forward: it adds dout[bt, c] into
-// dwte[token, c] and dwpe[t, c]. Positions that share a token (and, for dwpe, the B batch rows
+// dwte[token, c] and dwpe[p, c]. Positions that share a token (and, for dwpe, the B batch rows
 // of one position) add into the same element concurrently, so both adds are atomicAdd. That is
 // correct and fast here: collisions are few (a token repeated within a batch, B rows per
 // position) and spread over different addresses. The price is that the order of the float
 // additions, hence the last bits of the result, can change from run to run; llm.c's
 // deterministic alternative sorts positions by token first, which is much more code.
 __global__ void embedding_backward_kernel(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                                          int64_t BT, int64_t T, int64_t C, int64_t V) {
+                                          const int32_t* positions, int64_t BT, int64_t T, int64_t C, int64_t V,
+                                          int64_t P) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= BT * C) return;
   const int64_t bt = i / C, c = i % C, t = bt % T;
   const int32_t ix = tokens[bt];
+  const int32_t p = positions ? positions[t] : static_cast<int32_t>(t);
   check_index("embedding_backward", "id", ix, "position", bt, V, c == 0);
+  check_index("embedding_backward", "position id", p, "column", t, P, c == 0 && bt < T);
   atomicAdd(&dwte[ix * C + c], dout[i]);
-  atomicAdd(&dwpe[t * C + c], dout[i]);
+  atomicAdd(&dwpe[static_cast<int64_t>(p) * C + c], dout[i]);
 }
 
 }  // namespace
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T,
-                       int64_t C, int64_t V, void* stream) {
+void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions, const float* wte, const float* wpe,
+                       int64_t B, int64_t T, int64_t C, int64_t V, int64_t P, void* stream) {
   const int64_t n = B * T * C;
   if (n == 0) return;
-  embedding_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(out, tokens, wte, wpe, B * T,
-                                                                                       T, C, V);
+  embedding_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(out, tokens, positions, wte,
+                                                                                       wpe, B * T, T, C, V, P);
   CUDA_CHECK(cudaGetLastError());
 }
 
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
-                        int64_t C, int64_t V, void* stream) {
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, const int32_t* positions,
+                        int64_t B, int64_t T, int64_t C, int64_t V, int64_t P, void* stream) {
   const int64_t n = B * T * C;
   if (n == 0) return;
-  embedding_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(dwte, dwpe, dout, tokens,
-                                                                                        B * T, T, C, V);
+  embedding_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(
+      dwte, dwpe, dout, tokens, positions, B * T, T, C, V, P);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -685,7 +690,8 @@ __device__ float dot(const float* a, const float* b, int hs) {
 // block owns query row i = rb * kAttnRows + w of that head.
 // Shared memory: K and V tiles (32 x (hs+1) each), then each warp's query row (hs).
 __global__ void attention_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v,
-                                         int Tq, int Tk, int hs, bool causal, float scale, int row_blocks) {
+                                         int Tq, int Tk, int64_t ldq, int64_t ldk, int hs, bool causal, float scale,
+                                         int row_blocks) {
   extern __shared__ float smem[];
   float* ks = smem;
   float* vs = ks + kAttnTile * tile_ld(hs);
@@ -693,12 +699,12 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* q,
   float* qs = vs + kAttnTile * tile_ld(hs) + warp * hs;
   const int64_t bh = blockIdx.x / row_blocks;
   const int i0 = (blockIdx.x % row_blocks) * kAttnRows, i = i0 + warp;
-  const float* kh = k + bh * Tk * hs;
-  const float* vh = v + bh * Tk * hs;
+  const float* kh = k + bh * ldk * hs;
+  const float* vh = v + bh * ldk * hs;
   const bool active = i < Tq;
   const int visible = !active ? 0 : causal ? i + 1 : Tk;                  // keys row i sees
   const int block_keys = causal ? min(i0 + kAttnRows, Tq) : Tk;          // keys any row of the block sees
-  if (active) load_row(qs, q + (bh * Tq + i) * hs, hs, lane);
+  if (active) load_row(qs, q + (bh * ldq + i) * hs, hs, lane);
 
   float m = -INFINITY, l = 0.0f, acc[kPerLane] = {};
   for (int j0 = 0; j0 < block_keys; j0 += kAttnTile) {
@@ -728,7 +734,7 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* q,
   }
   if (!active) return;
   // A row that saw no key (Tk == 0) keeps l == 0: lse -inf and output 0, never 0/0.
-  const int64_t row = bh * Tq + i;
+  const int64_t row = bh * ldq + i;
   if (lane == 0) lse[row] = l > 0.0f ? m + logf(l) : -INFINITY;
 #pragma unroll
   for (int r = 0; r < kPerLane; ++r) {
@@ -741,7 +747,8 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* q,
 //   P_ij = exp(scale q_i . k_j - lse_i), dS_ij = P_ij (dout_i . v_j - D_i), dq_i += scale sum_j dS_ij k_j
 __global__ void attention_backward_dq_kernel(float* dq, const float* dout, const float* q, const float* k,
                                              const float* v, const float* out, const float* lse, int Tq, int Tk,
-                                             int hs, bool causal, float scale, int row_blocks) {
+                                             int64_t ldq, int64_t ldk, int hs, bool causal, float scale,
+                                             int row_blocks) {
   extern __shared__ float smem[];
   float* ks = smem;
   float* vs = ks + kAttnTile * tile_ld(hs);
@@ -750,9 +757,9 @@ __global__ void attention_backward_dq_kernel(float* dq, const float* dout, const
   float* dos = qs + hs;
   const int64_t bh = blockIdx.x / row_blocks;
   const int i0 = (blockIdx.x % row_blocks) * kAttnRows, i = i0 + warp;
-  const float* kh = k + bh * Tk * hs;
-  const float* vh = v + bh * Tk * hs;
-  const int64_t row = bh * Tq + i;
+  const float* kh = k + bh * ldk * hs;
+  const float* vh = v + bh * ldk * hs;
+  const int64_t row = bh * ldq + i;
   const bool active = i < Tq;
   const int visible = !active ? 0 : causal ? i + 1 : Tk;
   const int block_keys = causal ? min(i0 + kAttnRows, Tq) : Tk;
@@ -805,7 +812,8 @@ __global__ void attention_backward_dq_kernel(float* dq, const float* dout, const
 //   dv_j += sum_i P_ij dout_i,  dk_j += scale sum_i dS_ij q_i
 __global__ void attention_backward_dkv_kernel(float* dk, float* dv, const float* dout, const float* q,
                                               const float* k, const float* v, const float* out, const float* lse,
-                                              int Tq, int Tk, int hs, bool causal, float scale, int key_blocks) {
+                                              int Tq, int Tk, int64_t ldq, int64_t ldk, int hs, bool causal,
+                                              float scale, int key_blocks) {
   extern __shared__ float smem[];
   float* qs = smem;
   float* dos = qs + kAttnTile * tile_ld(hs);
@@ -816,13 +824,13 @@ __global__ void attention_backward_dkv_kernel(float* dk, float* dv, const float*
   float* vs = ks + hs;
   const int64_t bh = blockIdx.x / key_blocks;
   const int j_first = (blockIdx.x % key_blocks) * kAttnRows, j = j_first + warp;
-  const float* qh = q + bh * Tq * hs;
-  const float* doh = dout + bh * Tq * hs;
-  const float* oh = out + bh * Tq * hs;
+  const float* qh = q + bh * ldq * hs;
+  const float* doh = dout + bh * ldq * hs;
+  const float* oh = out + bh * ldq * hs;
   const bool active = j < Tk;
   if (active) {
-    load_row(ks, k + (bh * Tk + j) * hs, hs, lane);
-    load_row(vs, v + (bh * Tk + j) * hs, hs, lane);
+    load_row(ks, k + (bh * ldk + j) * hs, hs, lane);
+    load_row(vs, v + (bh * ldk + j) * hs, hs, lane);
   }
 
   float dk_acc[kPerLane] = {}, dv_acc[kPerLane] = {};
@@ -839,7 +847,7 @@ __global__ void attention_backward_dkv_kernel(float* dk, float* dv, const float*
       d = warp_sum(d);
       if (lane == 0) {
         D_s[r] = d;
-        lse_s[r] = qi < Tq ? lse[bh * Tq + qi] : 0.0f;
+        lse_s[r] = qi < Tq ? lse[bh * ldq + qi] : 0.0f;
       }
     }
     __syncthreads();
@@ -864,7 +872,7 @@ __global__ void attention_backward_dkv_kernel(float* dk, float* dv, const float*
     }
   }
   if (!active) return;
-  const int64_t key = bh * Tk + j;
+  const int64_t key = bh * ldk + j;
 #pragma unroll
   for (int r = 0; r < kPerLane; ++r) {
     const int c = lane + r * kWarp;
@@ -903,45 +911,51 @@ size_t attention_smem(int hs, int rows_per_warp) {
 }  // namespace
 
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B, int64_t NH,
-                       int64_t Tq, int64_t Tk, int64_t hs, bool causal, void* stream) {
-  if (B * NH == 0 || Tq == 0) return;
-  const AttnLaunch a = attention_launch("attention_forward", B, NH, Tq, Tk, hs);
+                       AttnRows q_rows, AttnRows kv_rows, int64_t hs, bool causal, void* stream) {
+  if (B * NH == 0 || q_rows.count == 0) return;
+  const AttnLaunch a = attention_launch("attention_forward", B, NH, q_rows.count, kv_rows.count, hs);
   const int row_blocks = (a.Tq + kAttnRows - 1) / kAttnRows;
+  // The kernels index each head from the first row of its block: offset the pointers once here.
   attention_forward_kernel<<<static_cast<unsigned int>(B * NH * row_blocks), kAttnRows * kWarp,
-                             attention_smem(a.hs, 1), as_stream(stream)>>>(out, lse, q, k, v, a.Tq, a.Tk, a.hs, causal,
-                                                                          a.scale, row_blocks);
+                             attention_smem(a.hs, 1), as_stream(stream)>>>(
+      out + q_rows.first * hs, lse + q_rows.first, q + q_rows.first * hs, k + kv_rows.first * hs,
+      v + kv_rows.first * hs, a.Tq, a.Tk, q_rows.ld, kv_rows.ld, a.hs, causal, a.scale, row_blocks);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                        const float* v, const float* out, const float* lse, int64_t B, int64_t NH, int64_t Tq,
-                        int64_t Tk, int64_t hs, bool causal, void* stream) {
-  if (B * NH == 0 || Tq == 0 || Tk == 0) return;  // no (query, key) pair: no gradient
-  const AttnLaunch a = attention_launch("attention_backward", B, NH, Tq, Tk, hs);
+                        const float* v, const float* out, const float* lse, int64_t B, int64_t NH, AttnRows q_rows,
+                        AttnRows kv_rows, int64_t hs, bool causal, void* stream) {
+  if (B * NH == 0 || q_rows.count == 0 || kv_rows.count == 0) return;  // no (query, key) pair: no gradient
+  const AttnLaunch a = attention_launch("attention_backward", B, NH, q_rows.count, kv_rows.count, hs);
+  const int64_t qf = q_rows.first * hs, kf = kv_rows.first * hs;
   const int row_blocks = (a.Tq + kAttnRows - 1) / kAttnRows;
   attention_backward_dq_kernel<<<static_cast<unsigned int>(B * NH * row_blocks), kAttnRows * kWarp,
-                                 attention_smem(a.hs, 2), as_stream(stream)>>>(dq, dout, q, k, v, out, lse, a.Tq, a.Tk,
-                                                                              a.hs, causal, a.scale, row_blocks);
+                                 attention_smem(a.hs, 2), as_stream(stream)>>>(
+      dq + qf, dout + qf, q + qf, k + kf, v + kf, out + qf, lse + q_rows.first, a.Tq, a.Tk, q_rows.ld, kv_rows.ld,
+      a.hs, causal, a.scale, row_blocks);
   CUDA_CHECK(cudaGetLastError());
   const int key_blocks = (a.Tk + kAttnRows - 1) / kAttnRows;
   attention_backward_dkv_kernel<<<static_cast<unsigned int>(B * NH * key_blocks), kAttnRows * kWarp,
-                                  attention_smem(a.hs, 2), as_stream(stream)>>>(dk, dv, dout, q, k, v, out, lse, a.Tq,
-                                                                               a.Tk, a.hs, causal, a.scale,
-                                                                               key_blocks);
+                                  attention_smem(a.hs, 2), as_stream(stream)>>>(
+      dk + kf, dv + kf, dout + qf, q + qf, k + kf, v + kf, out + qf, lse + q_rows.first, a.Tq, a.Tk, q_rows.ld,
+      kv_rows.ld, a.hs, causal, a.scale, key_blocks);
   CUDA_CHECK(cudaGetLastError());
 }
 
 // ============================================================================================
-// Attention merge: one warp per row r (warp w of block b: r = b * kRowWarps + w), lanes over
-// its hs channels. Every lane reads both lses before lane 0 writes the new one (__syncwarp).
+// Attention merge: one warp per row of the block (warp w of block b: the block's row
+// n = b * kRowWarps + w, in head n / count), lanes over its hs channels. Every lane reads both
+// lses before lane 0 writes the new one (__syncwarp).
 
 namespace {
 
 __global__ void attention_merge_kernel(float* out, float* lse, const float* out_b, const float* lse_b, int64_t rows,
-                                       int hs) {
+                                       int64_t count, int64_t ld, int hs) {
   const int lane = threadIdx.x % kWarp;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;
-  if (r >= rows) return;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;
+  if (n >= rows) return;
+  const int64_t r = (n / count) * ld + n % count;  // its place in [B*NH, ld], from the block's first row
   const float la = lse[r], lb = lse_b[r];
   __syncwarp();
   if (lb == -INFINITY) return;  // the partial result saw no keys: nothing to add
@@ -952,8 +966,8 @@ __global__ void attention_merge_kernel(float* out, float* lse, const float* out_
     if (lane == 0) lse[r] = lb;
     return;
   }
-  const float m = fmaxf(la, lb), n = fminf(la, lb);
-  const float l = m + log1pf(expf(n - m));
+  const float m = fmaxf(la, lb), mn = fminf(la, lb);
+  const float l = m + log1pf(expf(mn - m));
   const float wa = expf(la - l), wb = expf(lb - l);
   for (int c = lane; c < hs; c += kWarp) oa[c] = wa * oa[c] + wb * ob[c];
   if (lane == 0) lse[r] = l;
@@ -961,11 +975,13 @@ __global__ void attention_merge_kernel(float* out, float* lse, const float* out_
 
 }  // namespace
 
-void attention_merge(float* out, float* lse, const float* out_b, const float* lse_b, int64_t rows, int64_t hs,
-                     void* stream) {
-  if (rows == 0) return;
-  attention_merge_kernel<<<blocks_for(rows, kRowWarps), kRowWarps * kWarp, 0, as_stream(stream)>>>(
-      out, lse, out_b, lse_b, rows, row_length(hs, "attention_merge"));
+void attention_merge(float* out, float* lse, const float* out_b, const float* lse_b, int64_t heads, AttnRows rows,
+                     int64_t hs, void* stream) {
+  const int64_t n = heads * rows.count;
+  if (n == 0) return;
+  const int64_t f = rows.first;
+  attention_merge_kernel<<<blocks_for(n, kRowWarps), kRowWarps * kWarp, 0, as_stream(stream)>>>(
+      out + f * hs, lse + f, out_b + f * hs, lse_b + f, n, rows.count, rows.ld, row_length(hs, "attention_merge"));
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -36,12 +36,13 @@ void add_(float* dst, const float* src, int64_t n, void* stream);               
 void scale_(float* t, int64_t n, float factor, void* stream);                    // t *= factor
 void residual_forward(float* out, const float* a, const float* b, int64_t n, void* stream);  // out = a + b
 
-// ---- embeddings: out[B,T,C] = wte[tokens[b,t]] + wpe[t]; backward accumulates into dwte, dwpe.
-// A token id outside [0, V) stops the kernel with a device-side trap (see kernels.cu).
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B, int64_t T,
-                       int64_t C, int64_t V, void* stream);
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B, int64_t T,
-                        int64_t C, int64_t V, void* stream);
+// ---- embeddings: out[B,T,C] = wte[tokens[b,t]] + wpe[p(t)], p(t) = positions[t] (or t when
+// positions is null); backward accumulates into dwte, dwpe. wpe has P rows. A token id outside
+// [0, V) or a position outside [0, P) stops the kernel with a device-side trap (see kernels.cu).
+void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions, const float* wte, const float* wpe,
+                       int64_t B, int64_t T, int64_t C, int64_t V, int64_t P, void* stream);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, const int32_t* positions,
+                        int64_t B, int64_t T, int64_t C, int64_t V, int64_t P, void* stream);
 
 // ---- layernorm over rows [N, C], eps 1e-5, saving mean and rstd [N]
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -74,16 +75,23 @@ void crossentropy_backward(float* dlogits, const float* logits, const int32_t* t
 void adamw(float* params, const float* grads, float* m, float* v, int64_t n, int64_t t, float lr, float beta1,
            float beta2, float eps, float weight_decay, void* stream);
 
-// ---- attention with log-sum-exp (attention.h): q, out [B,NH,Tq,hs]; k, v [B,NH,Tk,hs]; lse [B,NH,Tq].
-// causal needs Tq == Tk. Head sizes up to 128 (kernels.cu says why); larger ones throw.
+// ---- attention with log-sum-exp (attention.h): q, out [B,NH,*,hs]; k, v [B,NH,*,hs]; lse [B,NH,*].
+// Each call works on a block of rows of every head: `q_rows` of q, out, lse (dq, dout) and
+// `kv_rows` of k, v (dk, dv). causal needs q_rows.count == kv_rows.count. Head sizes up to 128
+// (kernels.cu says why); larger ones throw.
+struct AttnRows {
+  int64_t first = 0;  // the block's first row
+  int64_t count = 0;  // its rows
+  int64_t ld = 0;     // the rows each head holds in memory (the tensor's T)
+};
 void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t B, int64_t NH,
-                       int64_t Tq, int64_t Tk, int64_t hs, bool causal, void* stream);
+                       AttnRows q_rows, AttnRows kv_rows, int64_t hs, bool causal, void* stream);
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
-                        const float* v, const float* out, const float* lse, int64_t B, int64_t NH, int64_t Tq,
-                        int64_t Tk, int64_t hs, bool causal, void* stream);
-// (out, lse) <- merge of (out, lse) and (out_b, lse_b); rows = B*NH*T
-void attention_merge(float* out, float* lse, const float* out_b, const float* lse_b, int64_t rows, int64_t hs,
-                     void* stream);
+                        const float* v, const float* out, const float* lse, int64_t B, int64_t NH, AttnRows q_rows,
+                        AttnRows kv_rows, int64_t hs, bool causal, void* stream);
+// (out, lse) <- merge of (out, lse) and (out_b, lse_b) on `rows` of each of `heads` = B*NH heads
+void attention_merge(float* out, float* lse, const float* out_b, const float* lse_b, int64_t heads, AttnRows rows,
+                     int64_t hs, void* stream);
 
 // ---- layouts: qkv [B,T,3C] <-> q, k, v [B,NH,T,hs];  o [B,NH,T,hs] <-> out [B,T,C]  (C = NH hs)
 void qkv_split(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T, int64_t NH, int64_t hs,

@@ -5,6 +5,7 @@
 #include <initializer_list>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/kernels.h"
@@ -30,10 +31,12 @@ double bytes_of(std::initializer_list<const Tensor*> ts) {
   return n;
 }
 
-// The sizes of one attention call, checked once for forward and backward alike.
+// The sizes of one attention call, checked once for forward and backward alike: Tq rows of q
+// from row q0 of the ldq each head holds, against Tk rows of k and v from row k0 of ldk.
 struct AttnDims {
   int64_t B, NH, Tq, Tk, hs;
   bool causal;
+  int64_t q0, ldq, k0, ldk;
   // Keys query row i sees: 0..i under the causal mask, all of them otherwise.
   int64_t visible(int64_t i) const { return causal ? i + 1 : Tk; }
   // Unmasked (query, key) pairs over all rows, batch rows and heads: what is really computed.
@@ -42,21 +45,42 @@ struct AttnDims {
                                    : static_cast<double>(Tq) * static_cast<double>(Tk);
     return static_cast<double>(B * NH) * per_head;
   }
+  // Row i of the query block of head bh, as an index into [B, NH, T] (times hs into [B, NH, T, hs]).
+  int64_t q_row(int64_t bh, int64_t i) const { return bh * ldq + q0 + i; }
+  int64_t k_row(int64_t bh, int64_t j) const { return bh * ldk + k0 + j; }
+  // Bytes of one [.., hs] tensor on the query side and on the key side, over the blocks only.
+  double q_bytes() const { return 4.0 * static_cast<double>(B * NH * Tq * hs); }
+  double k_bytes() const { return 4.0 * static_cast<double>(B * NH * Tk * hs); }
+  double lse_bytes() const { return 4.0 * static_cast<double>(B * NH * Tq); }
 };
 
+// A row block of T rows, checked: [begin, begin + count) must lie in [0, T).
+std::pair<int64_t, int64_t> row_block(const char* op, const char* which, Rows r, int64_t T) {
+  const int64_t count = r.count < 0 ? T - r.begin : r.count;
+  if (r.begin < 0 || count < 0 || r.begin + count > T)
+    shape_error(op, std::string(which) + " [" + std::to_string(r.begin) + ", " + std::to_string(r.begin + count) +
+                        ") outside the " + std::to_string(T) + " rows");
+  return {r.begin, count};
+}
+
 AttnDims attention_dims(const char* op, const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
-                        const Tensor& v, AttentionMask mask) {
+                        const Tensor& v, AttentionMask mask, Rows q_rows, Rows kv_rows) {
   require_f32(op, {&out, &lse, &q, &k, &v});
   const std::string shapes = "q " + q.shape.str() + ", k " + k.shape.str() + ", v " + v.shape.str() + ", out " +
                              out.shape.str() + ", lse " + lse.shape.str();
   if (q.shape.ndim != 4 || k.shape.ndim != 4) shape_error(op, shapes + ": q, k, v must be [B, NH, T, hs]");
-  const AttnDims d{q.shape[0], q.shape[1], q.shape[2], k.shape[2], q.shape[3], mask == AttentionMask::causal};
+  const auto [q0, Tq] = row_block(op, "query rows", q_rows, q.shape[2]);
+  const auto [k0, Tk] = row_block(op, "key rows", kv_rows, k.shape[2]);
+  const AttnDims d{q.shape[0], q.shape[1], Tq, Tk, q.shape[3], mask == AttentionMask::causal,
+                   q0,         q.shape[2], k0, k.shape[2]};
   if (d.hs == 0) shape_error(op, shapes + ": head size 0");
-  if (!(k.shape == Shape{d.B, d.NH, d.Tk, d.hs}) || !(v.shape == k.shape))
+  if (!(k.shape == Shape{d.B, d.NH, d.ldk, d.hs}) || !(v.shape == k.shape))
     shape_error(op, shapes + ": k and v must be [B, NH, Tk, hs] with q's B, NH and hs");
   if (!(out.shape == q.shape)) shape_error(op, shapes + ": out must have q's shape");
-  if (!(lse.shape == Shape{d.B, d.NH, d.Tq})) shape_error(op, shapes + ": lse must be [B, NH, Tq]");
-  if (d.causal && d.Tq != d.Tk) shape_error(op, shapes + ": the causal mask needs Tq == Tk");
+  if (!(lse.shape == Shape{d.B, d.NH, d.ldq})) shape_error(op, shapes + ": lse must be [B, NH, Tq]");
+  if (d.causal && d.Tq != d.Tk)
+    shape_error(op, shapes + ": the causal mask needs Tq == Tk (query rows " + std::to_string(d.Tq) + ", key rows " +
+                        std::to_string(d.Tk) + ")");
   return d;
 }
 
@@ -136,20 +160,21 @@ void heads_dims(const char* op, const Tensor& out, const Tensor& o) {
 // lse_i = log sum_j exp(scale q_i . k_j). One row of scores at a time: the T x T matrix never
 // exists. Work: per unmasked pair, 2 hs FLOPs for q . k and 2 hs for p v.
 void attention_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& lse, const Tensor& q,
-                       const Tensor& k, const Tensor& v, AttentionMask mask) {
-  const AttnDims d = attention_dims("attention_forward", out, lse, q, k, v, mask);
+                       const Tensor& k, const Tensor& v, AttentionMask mask, Rows q_rows, Rows kv_rows) {
+  const AttnDims d = attention_dims("attention_forward", out, lse, q, k, v, mask, q_rows, kv_rows);
   const double flops = 4.0 * static_cast<double>(d.hs) * d.pairs();
+  const double bytes = 2 * d.q_bytes() + 2 * d.k_bytes() + d.lse_bytes();  // q, out; k, v; lse
   dev.launch(s,
-             {"attention_forward", flops, bytes_of({&q, &k, &v, &out, &lse}), DType::f32, KernelClass::matmul,
+             {"attention_forward", flops, bytes, DType::f32, KernelClass::matmul,
               {reads(q), reads(k), reads(v), writes(out), writes(lse)}},
              [=] {
                const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
                std::vector<float> p(static_cast<size_t>(d.Tk)), kt(static_cast<size_t>(d.Tk * d.hs));
                for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
-                 transpose_head(kt.data(), k.f32() + bh * d.Tk * d.hs, d.Tk, d.hs);
-                 const float* vh = v.f32() + bh * d.Tk * d.hs;
+                 transpose_head(kt.data(), k.f32() + d.k_row(bh, 0) * d.hs, d.Tk, d.hs);
+                 const float* vh = v.f32() + d.k_row(bh, 0) * d.hs;
                  for (int64_t i = 0; i < d.Tq; ++i) {
-                   const int64_t row = bh * d.Tq + i;
+                   const int64_t row = d.q_row(bh, i);
                    const int64_t n = d.visible(i);
                    row_dots(p.data(), q.f32() + row * d.hs, kt.data(), d.Tk, n, d.hs, scale);
                    const float l = row_lse(p.data(), n);
@@ -165,8 +190,9 @@ void attention_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& 
                  }
                }
              },
-             SHARDLAB_ON_CUDA(cuda::attention_forward(out.f32(), lse.f32(), q.f32(), k.f32(), v.f32(), d.B, d.NH, d.Tq,
-                                                      d.Tk, d.hs, d.causal, stream)));
+             SHARDLAB_ON_CUDA(cuda::attention_forward(out.f32(), lse.f32(), q.f32(), k.f32(), v.f32(), d.B, d.NH,
+                                                      {d.q0, d.Tq, d.ldq}, {d.k0, d.Tk, d.ldk}, d.hs, d.causal,
+                                                      stream)));
 }
 
 // The softmax backward through P = exp(scale q k^T - lse), from the final out and lse, so that
@@ -177,15 +203,16 @@ void attention_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& 
 // that saw no key (lse -inf) has no visible key here either, and gets nothing.
 void attention_backward(Device& dev, Stream& s, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                         const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                        const Tensor& lse, AttentionMask mask) {
+                        const Tensor& lse, AttentionMask mask, Rows q_rows, Rows kv_rows) {
   const char* op = "attention_backward";
-  const AttnDims d = attention_dims(op, out, lse, q, k, v, mask);
+  const AttnDims d = attention_dims(op, out, lse, q, k, v, mask, q_rows, kv_rows);
   require_f32(op, {&dq, &dk, &dv, &dout});
   if (!(dq.shape == q.shape) || !(dout.shape == q.shape) || !(dk.shape == k.shape) || !(dv.shape == v.shape))
     shape_error(op, "dq " + dq.shape.str() + ", dout " + dout.shape.str() + " must be q's " + q.shape.str() +
                         "; dk " + dk.shape.str() + ", dv " + dv.shape.str() + " must be k's " + k.shape.str());
   const double flops = 8.0 * static_cast<double>(d.hs) * d.pairs();
-  const double bytes = bytes_of({&dout, &q, &k, &v, &out, &lse}) + 2 * bytes_of({&dq, &dk, &dv});
+  // Reads dout, q, out, lse and k, v; reads and writes dq and dk, dv: over the blocks only.
+  const double bytes = 5 * d.q_bytes() + d.lse_bytes() + 6 * d.k_bytes();
   dev.launch(s,
              {op, flops, bytes, DType::f32, KernelClass::matmul,
               {reads(dout), reads(q), reads(k), reads(v), reads(out), reads(lse), reads(dq), reads(dk), reads(dv),
@@ -195,11 +222,11 @@ void attention_backward(Device& dev, Stream& s, const Tensor& dq, const Tensor& 
                std::vector<float> p(static_cast<size_t>(d.Tk)), ds(p.size());
                std::vector<float> kt(static_cast<size_t>(d.Tk * d.hs)), vt(kt.size());
                for (int64_t bh = 0; bh < d.B * d.NH; ++bh) {
-                 const int64_t kv0 = bh * d.Tk * d.hs;
+                 const int64_t kv0 = d.k_row(bh, 0) * d.hs;
                  transpose_head(kt.data(), k.f32() + kv0, d.Tk, d.hs);
                  transpose_head(vt.data(), v.f32() + kv0, d.Tk, d.hs);
                  for (int64_t i = 0; i < d.Tq; ++i) {
-                   const int64_t row = bh * d.Tq + i;
+                   const int64_t row = d.q_row(bh, i);
                    const int64_t n = d.visible(i);
                    const float* qi = q.f32() + row * d.hs;
                    const float* doi = dout.f32() + row * d.hs;
@@ -225,8 +252,8 @@ void attention_backward(Device& dev, Stream& s, const Tensor& dq, const Tensor& 
                }
              },
              SHARDLAB_ON_CUDA(cuda::attention_backward(dq.f32(), dk.f32(), dv.f32(), dout.f32(), q.f32(), k.f32(),
-                                                       v.f32(), out.f32(), lse.f32(), d.B, d.NH, d.Tq, d.Tk, d.hs,
-                                                       d.causal, stream)));
+                                                       v.f32(), out.f32(), lse.f32(), d.B, d.NH, {d.q0, d.Tq, d.ldq},
+                                                       {d.k0, d.Tk, d.ldk}, d.hs, d.causal, stream)));
 }
 
 // Two softmaxes over disjoint key sets combine by their log-sum-exps: with l = log(e^la + e^lb),
@@ -235,37 +262,40 @@ void attention_backward(Device& dev, Stream& s, const Tensor& dq, const Tensor& 
 // keys and contributes nothing: its out is never read (it may be uninitialized) and -inf - -inf
 // never forms a NaN.
 void attention_merge(Device& dev, Stream& s, const Tensor& out, const Tensor& lse, const Tensor& out_b,
-                     const Tensor& lse_b) {
+                     const Tensor& lse_b, Rows rows) {
   const char* op = "attention_merge";
   require_f32(op, {&out, &lse, &out_b, &lse_b});
   const Shape& o = out.shape;
   if (o.ndim != 4 || !(out_b.shape == o) || !(lse.shape == Shape{o[0], o[1], o[2]}) || !(lse_b.shape == lse.shape))
     shape_error(op, "out " + o.str() + ", lse " + lse.shape.str() + ", out_b " + out_b.shape.str() + ", lse_b " +
                         lse_b.shape.str() + ": outs must be [B, NH, T, hs] and lses [B, NH, T], pairwise equal");
-  const int64_t rows = lse.numel(), hs = o[3];
+  const auto [r0, T] = row_block(op, "rows", rows, o[2]);
+  const int64_t heads = o[0] * o[1], ld = o[2], hs = o[3];
+  const double elements = static_cast<double>(heads * T * hs), lses = static_cast<double>(heads * T);
   dev.launch(s,
-             {op, 3.0 * static_cast<double>(out.numel()), bytes_of({&out_b, &lse_b}) + 2 * bytes_of({&out, &lse}),
-              DType::f32, KernelClass::elementwise,
+             {op, 3.0 * elements, 4.0 * (3 * elements + 3 * lses), DType::f32, KernelClass::elementwise,
               {reads(out), reads(lse), reads(out_b), reads(lse_b), writes(out), writes(lse)}},
              [=] {
-               for (int64_t r = 0; r < rows; ++r) {
-                 const float la = lse.f32()[r], lb = lse_b.f32()[r];
-                 if (lb == kNegInf) continue;
-                 float* oa = out.f32() + r * hs;
-                 const float* ob = out_b.f32() + r * hs;
-                 if (la == kNegInf) {
-                   for (int64_t c = 0; c < hs; ++c) oa[c] = ob[c];
-                   lse.f32()[r] = lb;
-                   continue;
+               for (int64_t bh = 0; bh < heads; ++bh)
+                 for (int64_t r = bh * ld + r0; r < bh * ld + r0 + T; ++r) {
+                   const float la = lse.f32()[r], lb = lse_b.f32()[r];
+                   if (lb == kNegInf) continue;
+                   float* oa = out.f32() + r * hs;
+                   const float* ob = out_b.f32() + r * hs;
+                   if (la == kNegInf) {
+                     for (int64_t c = 0; c < hs; ++c) oa[c] = ob[c];
+                     lse.f32()[r] = lb;
+                     continue;
+                   }
+                   const float m = std::max(la, lb), n = std::min(la, lb);
+                   const float l = m + std::log1p(std::exp(n - m));
+                   const float wa = std::exp(la - l), wb = std::exp(lb - l);
+                   for (int64_t c = 0; c < hs; ++c) oa[c] = wa * oa[c] + wb * ob[c];
+                   lse.f32()[r] = l;
                  }
-                 const float m = std::max(la, lb), n = std::min(la, lb);
-                 const float l = m + std::log1p(std::exp(n - m));
-                 const float wa = std::exp(la - l), wb = std::exp(lb - l);
-                 for (int64_t c = 0; c < hs; ++c) oa[c] = wa * oa[c] + wb * ob[c];
-                 lse.f32()[r] = l;
-               }
              },
-             SHARDLAB_ON_CUDA(cuda::attention_merge(out.f32(), lse.f32(), out_b.f32(), lse_b.f32(), rows, hs, stream)));
+             SHARDLAB_ON_CUDA(cuda::attention_merge(out.f32(), lse.f32(), out_b.f32(), lse_b.f32(), heads,
+                                                    {r0, T, ld}, hs, stream)));
 }
 
 // q, k, v [b, h, t, :] = qkv[b, t, part C + h hs + :]: a pure permutation, no math.

@@ -27,12 +27,17 @@ GPTConfig GPTConfig::preset(const std::string& name) {
   if (name == "gpt2-medium") return {name, 50257, 1024, 24, 1024, 16};
   if (name == "gpt-1b") return {name, 50257, 1024, 20, 2048, 16};
   if (name == "gpt-15b") return {name, 50257, 1024, 32, 6144, 48};
+  // GPT-2 small with a 128k-token context (chapter 08's long sequences): learned positions, so
+  // wpe alone holds 131072 x 768 = 100.7M of its 224.4M parameters.
+  if (name == "gpt2-small-128k") return {name, 50257, 131072, 12, 768, 12};
   std::string known;
   for (const auto& p : presets()) known += (known.empty() ? "" : ", ") + p;
   throw std::invalid_argument("--model " + name + ": no such model; presets: " + known);
 }
 
-std::vector<std::string> GPTConfig::presets() { return {"tiny", "gpt2-small", "gpt2-medium", "gpt-1b", "gpt-15b"}; }
+std::vector<std::string> GPTConfig::presets() {
+  return {"tiny", "gpt2-small", "gpt2-medium", "gpt-1b", "gpt-15b", "gpt2-small-128k"};
+}
 
 std::vector<ParamInfo> gpt_params(const GPTConfig& c) {
   const int64_t C = c.channels;
@@ -176,12 +181,16 @@ void GPT::bind_flat(const Tensor& params, const Tensor& grads) {
   bind_views(grads_, grads, params_, all);
 }
 
-void GPT::set_batch(const Tensor& tokens, const Tensor& targets, float dloss) {
+void GPT::set_batch(const Tensor& tokens, const Tensor& targets, float dloss, const Tensor& positions) {
   if (!(tokens.shape == Shape{B_, T_}) || !(targets.shape == Shape{B_, T_}))
     throw std::invalid_argument("GPT::set_batch: tokens " + tokens.shape.str() + " and targets " +
                                 targets.shape.str() + " must be [" + std::to_string(B_) + ", " + std::to_string(T_) + "]");
+  if (positions.defined() && !(positions.shape == Shape{T_}))
+    throw std::invalid_argument("GPT::set_batch: positions " + positions.shape.str() + " must be [" +
+                                std::to_string(T_) + "]");
   tokens_ = tokens;
   targets_ = targets;
+  positions_ = positions;
   dloss_ = dloss;
 }
 
@@ -215,7 +224,10 @@ void GPT::backward(int unit, Stream& s) {
 void GPT::forward_embeddings(Stream& s) {
   Acts& a = *acts_[0];
   a.out = act({B_, T_, cfg_.channels}, "embeddings.out", s);
-  ops::embedding_forward(dev_, s, a.out, tokens_, w(0), w(1).view(0, {T_, cfg_.channels}));
+  if (positions_.defined())
+    ops::embedding_forward(dev_, s, a.out, tokens_, w(0), w(1), positions_);
+  else
+    ops::embedding_forward(dev_, s, a.out, tokens_, w(0), w(1).view(0, {T_, cfg_.channels}));
 }
 
 void GPT::forward_block(int l, Stream& s) {
@@ -233,7 +245,10 @@ void GPT::forward_block(int l, Stream& s) {
   a.q = act({B_, NH, T_, hs}, "q", s), a.k = act({B_, NH, T_, hs}, "k", s), a.v = act({B_, NH, T_, hs}, "v", s);
   ops::qkv_split(dev_, s, a.q, a.k, a.v, a.qkv.view(0, {B_, T_, 3 * C}), static_cast<int>(NH));
   a.o = act({B_, NH, T_, hs}, "attention.out", s), a.lse = act({B_, NH, T_}, "attention.lse", s);
-  ops::attention_forward(dev_, s, a.o, a.lse, a.q, a.k, a.v, ops::AttentionMask::causal);
+  if (attention_)
+    attention_->forward(s, l, a.o, a.lse, a.q, a.k, a.v);
+  else
+    ops::attention_forward(dev_, s, a.o, a.lse, a.q, a.k, a.v, ops::AttentionMask::causal);
   a.atty = act({N, C}, "attention.merged", s);
   ops::heads_merge(dev_, s, a.atty.view(0, {B_, T_, C}), a.o);
   Tensor proj = act({N, C}, "attention.proj", s);
@@ -319,7 +334,10 @@ void GPT::backward_block(int l, Stream& s) {
   Tensor dq = zeros({B_, NH, T_, hs}, "dq", s);
   Tensor dk = zeros({B_, NH, T_, hs}, "dk", s);
   Tensor dv = zeros({B_, NH, T_, hs}, "dv", s);
-  ops::attention_backward(dev_, s, dq, dk, dv, d_o, a.q, a.k, a.v, a.o, a.lse, ops::AttentionMask::causal);
+  if (attention_)
+    attention_->backward(s, l, dq, dk, dv, d_o, a.q, a.k, a.v, a.o, a.lse);
+  else
+    ops::attention_backward(dev_, s, dq, dk, dv, d_o, a.q, a.k, a.v, a.o, a.lse, ops::AttentionMask::causal);
   Tensor dqkv = zeros({N, 3 * C}, "dqkv", s);
   ops::qkv_split_backward(dev_, s, dqkv.view(0, {B_, T_, 3 * C}), dq, dk, dv, static_cast<int>(NH));
   Tensor dln1 = zeros({N, C}, "dln1", s);
@@ -334,7 +352,10 @@ void GPT::backward_block(int l, Stream& s) {
 }
 
 void GPT::backward_embeddings(Stream& s) {
-  ops::embedding_backward(dev_, s, grads_[0], grads_[1].view(0, {T_, cfg_.channels}), dresidual_, tokens_);
+  if (positions_.defined())
+    ops::embedding_backward(dev_, s, grads_[0], grads_[1], dresidual_, tokens_, positions_);
+  else
+    ops::embedding_backward(dev_, s, grads_[0], grads_[1].view(0, {T_, cfg_.channels}), dresidual_, tokens_);
   release(dresidual_);
 }
 

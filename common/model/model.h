@@ -71,6 +71,20 @@ ActivationBytes gpt_activation_bytes(const GPTConfig& cfg, int64_t B, int64_t T)
 // 6 x (parameters in matmuls) x tokens + the attention scores and mixing (causal pairs only).
 double gpt_step_flops(const GPTConfig& cfg, int64_t tokens, int64_t T);
 
+// The attention core of every block: causal self-attention of q, k, v [B, NH, T, hs] into out
+// [B, NH, T, hs] and lse [B, NH, T], and its backward from the final out and lse, accumulating
+// into dq, dk, dv (attention.h's contract). Without one the model computes it locally; chapter
+// 08 plugs in ring attention, whose keys and values come from the other ranks of a sequence.
+// `layer` says which block calls.
+class AttentionCore {
+ public:
+  virtual ~AttentionCore() = default;
+  virtual void forward(Stream& s, int layer, const Tensor& out, const Tensor& lse, const Tensor& q, const Tensor& k,
+                       const Tensor& v) = 0;
+  virtual void backward(Stream& s, int layer, const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                        const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse) = 0;
+};
+
 class GPT {
  public:
   // B rows of T tokens per forward on this rank. Throws std::invalid_argument naming the values
@@ -95,8 +109,11 @@ class GPT {
 
   // Device tensors [B, T] i32 for the next forward/backward. The loss gradient of each
   // position is `dloss` (1 / (B x T) for this rank's mean; a chapter accumulating K
-  // micro-batches passes 1 / (B x T x K)).
-  void set_batch(const Tensor& tokens, const Tensor& targets, float dloss);
+  // micro-batches passes 1 / (B x T x K)). `positions` [T] i32, when given, is each column's
+  // position in the sequence (which row of wpe it takes); by default column t is position t.
+  void set_batch(const Tensor& tokens, const Tensor& targets, float dloss, const Tensor& positions = {});
+  // Who computes attention from now on (nullptr: the model itself). Not owned.
+  void set_attention(AttentionCore* core) { attention_ = core; }
 
   void forward(int unit, Stream& s);
   void backward(int unit, Stream& s);
@@ -126,7 +143,8 @@ class GPT {
   std::vector<std::vector<int>> unit_params_;
   std::vector<Tensor> weights_, grads_;
   std::vector<std::unique_ptr<Acts>> acts_;  // per unit, between its forward and its backward
-  Tensor tokens_, targets_;
+  Tensor tokens_, targets_, positions_;
+  AttentionCore* attention_ = nullptr;
   float dloss_ = 0;
   Tensor dresidual_;  // the gradient flowing back along the residual stream
 };

@@ -129,20 +129,29 @@ void gemm(int64_t M, int64_t N, int64_t K, Strided a, Strided b, float* c, int64
 
 // ---- shared pieces of the row-wise ops
 
-// Calls fn(position, t, token) for every position of a [B, T] token tensor, after checking the
-// token indexes a row of a [V, ..] table (a bad id would read outside it on a real GPU too).
+// Calls fn(bt, position, id) for every token of a [B, T] token tensor: its index there, the row
+// of wpe it takes (its column t, or positions[t] when given) and its id, after checking that
+// the id indexes a row of a [V, ..] table and the position one of [P, ..] (a bad one would read
+// outside them on a real GPU too).
 template <typename Fn>
-void for_each_token(const char* op, const Tensor& tokens, int64_t B, int64_t T, int64_t V, Fn fn) {
+void for_each_token(const char* op, const Tensor& tokens, const Tensor& positions, int64_t B, int64_t T, int64_t V,
+                    int64_t P, Fn fn) {
   const int32_t* tok = tokens.i32();
+  const int32_t* pos = positions.defined() ? positions.i32() : nullptr;
+  for (int64_t t = 0; pos && t < T; ++t)
+    if (pos[t] < 0 || pos[t] >= P)
+      throw std::out_of_range(std::string(op) + ": position id " + std::to_string(pos[t]) + " at column " +
+                              std::to_string(t) + " outside [0, " + std::to_string(P) + ")");
   for (int64_t bt = 0; bt < B * T; ++bt) {
     if (tok[bt] < 0 || tok[bt] >= V)
       throw std::out_of_range(std::string(op) + ": id " + std::to_string(tok[bt]) + " at position " +
                               std::to_string(bt) + " outside [0, " + std::to_string(V) + ")");
-    fn(bt, bt % T, static_cast<int64_t>(tok[bt]));
+    fn(bt, pos ? static_cast<int64_t>(pos[bt % T]) : bt % T, static_cast<int64_t>(tok[bt]));
   }
 }
 
-void check_embedding(const char* op, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
+void check_embedding(const char* op, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
+                     const Tensor& positions) {
   require_f32(op, {out, wte, wpe});
   require_i32(tokens, op, "tokens");
   if (out.shape.ndim != 3 || wte.shape.ndim != 2 || wpe.shape.ndim != 2)
@@ -151,8 +160,19 @@ void check_embedding(const char* op, const Tensor& out, const Tensor& tokens, co
   const int64_t B = out.shape[0], T = out.shape[1], C = out.shape[2];
   require_shape(tokens, {B, T}, op, "tokens");
   require_shape(wte, {wte.shape[0], C}, op, "wte");
-  if (wpe.shape[1] != C || wpe.shape[0] < T)
+  if (positions.defined()) {
+    require_i32(positions, op, "positions");
+    require_shape(positions, {T}, op, "positions");
+    require_shape(wpe, {wpe.shape[0], C}, op, "wpe");
+  } else if (wpe.shape[1] != C || wpe.shape[0] < T) {
     fail(op, "wpe is " + wpe.shape.str() + ", expected [>= " + std::to_string(T) + ", " + std::to_string(C) + "]");
+  }
+}
+
+// The accesses of an embedding op: `fixed` plus a read of the positions when there are any.
+std::vector<Access> with_positions(std::vector<Access> fixed, const Tensor& positions) {
+  if (positions.defined()) fixed.push_back(reads(positions));
+  return fixed;
 }
 
 // Rows [N, C] of a layernorm with its saved statistics and parameters.
@@ -276,33 +296,37 @@ void residual_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& a
 // out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]: a token's vector plus its position's. Only the
 // gathered rows of wte move, so the traffic is B*T rows of it, not all V.
 void embedding_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& tokens, const Tensor& wte,
-                       const Tensor& wpe) {
-  check_embedding("embedding_forward", out, tokens, wte, wpe);
-  const int64_t B = out.shape[0], T = out.shape[1], C = out.shape[2], V = wte.shape[0];
+                       const Tensor& wpe, const Tensor& positions) {
+  check_embedding("embedding_forward", out, tokens, wte, wpe, positions);
+  const int64_t B = out.shape[0], T = out.shape[1], C = out.shape[2], V = wte.shape[0], P = wpe.shape[0];
   Kernel k = kernel("embedding_forward", static_cast<double>(B * T * C), KernelClass::elementwise,
-                    {reads(tokens), reads(wte), reads(wpe), writes(out)});
-  k.bytes = static_cast<double>(tokens.bytes() + out.bytes()) + 4.0 * static_cast<double>((B * T + T) * C);
+                    with_positions({reads(tokens), reads(wte), reads(wpe), writes(out)}, positions));
+  k.bytes = static_cast<double>(tokens.bytes() + out.bytes() + (positions.defined() ? positions.bytes() : 0)) +
+            4.0 * static_cast<double>((B * T + T) * C);
   dev.launch(s, k, [=] {
-    for_each_token("embedding_forward", tokens, B, T, V, [&](int64_t bt, int64_t t, int64_t ix) {
+    for_each_token("embedding_forward", tokens, positions, B, T, V, P, [&](int64_t bt, int64_t t, int64_t ix) {
       float* o = out.f32() + bt * C;
       const float* w = wte.f32() + ix * C;
       const float* p = wpe.f32() + t * C;
       for (int64_t i = 0; i < C; ++i) o[i] = w[i] + p[i];
     });
-  }, SHARDLAB_ON_CUDA(cuda::embedding_forward(out.f32(), tokens.i32(), wte.f32(), wpe.f32(), B, T, C, V, stream)));
+  }, SHARDLAB_ON_CUDA(cuda::embedding_forward(out.f32(), tokens.i32(), positions.defined() ? positions.i32() : nullptr,
+                                              wte.f32(), wpe.f32(), B, T, C, V, P, stream)));
 }
 
 // The gradient of a gather is a scatter-add: each position's dout goes to its token's row of
 // dwte and its position's row of dwpe (a token seen twice gets both contributions).
 void embedding_backward(Device& dev, Stream& s, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
-                        const Tensor& tokens) {
-  check_embedding("embedding_backward", dout, tokens, dwte, dwpe);
-  const int64_t B = dout.shape[0], T = dout.shape[1], C = dout.shape[2], V = dwte.shape[0];
+                        const Tensor& tokens, const Tensor& positions) {
+  check_embedding("embedding_backward", dout, tokens, dwte, dwpe, positions);
+  const int64_t B = dout.shape[0], T = dout.shape[1], C = dout.shape[2], V = dwte.shape[0], P = dwpe.shape[0];
   Kernel k = kernel("embedding_backward", 2.0 * static_cast<double>(B * T * C), KernelClass::elementwise,
-                    {reads(dout), reads(tokens), reads(dwte), reads(dwpe), writes(dwte), writes(dwpe)});
-  k.bytes = static_cast<double>(tokens.bytes() + dout.bytes()) + 8.0 * static_cast<double>((B * T + T) * C);
+                    with_positions({reads(dout), reads(tokens), reads(dwte), reads(dwpe), writes(dwte), writes(dwpe)},
+                                   positions));
+  k.bytes = static_cast<double>(tokens.bytes() + dout.bytes() + (positions.defined() ? positions.bytes() : 0)) +
+            8.0 * static_cast<double>((B * T + T) * C);
   dev.launch(s, k, [=] {
-    for_each_token("embedding_backward", tokens, B, T, V, [&](int64_t bt, int64_t t, int64_t ix) {
+    for_each_token("embedding_backward", tokens, positions, B, T, V, P, [&](int64_t bt, int64_t t, int64_t ix) {
       const float* d = dout.f32() + bt * C;
       float* w = dwte.f32() + ix * C;
       float* p = dwpe.f32() + t * C;
@@ -311,7 +335,8 @@ void embedding_backward(Device& dev, Stream& s, const Tensor& dwte, const Tensor
         p[i] += d[i];
       }
     });
-  }, SHARDLAB_ON_CUDA(cuda::embedding_backward(dwte.f32(), dwpe.f32(), dout.f32(), tokens.i32(), B, T, C, V, stream)));
+  }, SHARDLAB_ON_CUDA(cuda::embedding_backward(dwte.f32(), dwpe.f32(), dout.f32(), tokens.i32(),
+                                               positions.defined() ? positions.i32() : nullptr, B, T, C, V, P, stream)));
 }
 
 // Per row: out = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + 1e-5) with the biased

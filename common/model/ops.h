@@ -28,11 +28,13 @@ void add_(Device& dev, Stream& s, const Tensor& dst, const Tensor& src);    // d
 void scale_(Device& dev, Stream& s, const Tensor& t, float factor);         // t *= factor
 void residual_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& a, const Tensor& b);  // out = a + b
 
-// ---- embeddings: out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]
+// ---- embeddings: out[b, t, :] = wte[tokens[b, t], :] + wpe[p(t), :], p(t) = t, or positions[t]
+// when given (a sequence split over ranks: chapter 08's tokens are not in order).
 void embedding_forward(Device& dev, Stream& s, const Tensor& out /*[B,T,C]*/, const Tensor& tokens /*[B,T] i32*/,
-                       const Tensor& wte /*[V,C]*/, const Tensor& wpe /*[maxT,C]*/);
+                       const Tensor& wte /*[V,C]*/, const Tensor& wpe /*[maxT,C]*/,
+                       const Tensor& positions = {} /*[T] i32*/);
 void embedding_backward(Device& dev, Stream& s, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
-                        const Tensor& tokens);
+                        const Tensor& tokens, const Tensor& positions = {});
 
 // ---- layernorm over the last dimension (eps 1e-5); saves mean and rstd ([N]) for backward
 void layernorm_forward(Device& dev, Stream& s, const Tensor& out /*[N,C]*/, const Tensor& mean /*[N]*/,

@@ -242,6 +242,14 @@ std::vector<double> Job::solved_once(const std::function<std::vector<double>()>&
   return value;
 }
 
+std::vector<double> Job::every_rank(double mine) {
+  std::vector<double> all(static_cast<size_t>(world_size_));
+  MPI_Request request;
+  MPI_Iallgather(&mine, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD, &request);
+  Watchdog::get().wait(request, "an all-gather of one value per rank (the harness: a figure across ranks)");
+  return all;
+}
+
 void Job::say(const std::string& text) const {
   if (is_root()) std::cout << text << std::endl;
 }
@@ -254,6 +262,10 @@ void Job::figure(const std::string& key, double value, const std::string& unit, 
   std::string num = format_figure(value, unit) + " " + unit;
   if (num.size() < 16) num.insert(0, 16 - num.size(), ' ');
   std::cout << left << num << "   " << what << std::endl;
+}
+
+void Job::rank_figure(const std::string& key, double value, const std::string& unit, const std::string& what) {
+  rank_figures_[key] = {{"value", value}, {"unit", unit}, {"what", what}};
 }
 
 Job::Step::Step(Job& job, int64_t n, int64_t total, bool progress)
@@ -316,6 +328,7 @@ json Job::rank_report() const {
                {"races", d.race_reports()}, {"trace_events", d.trace().event_count()},
                {"peak_allocated_bytes", d.allocator().peak_allocated()},
                {"peak_reserved_bytes", d.allocator().peak_reserved()}};
+  if (!rank_figures_.empty()) mine["figures"] = rank_figures_;
   for (const auto& m : step_metrics(tl)) mine["steps"].push_back(to_json(m));
   for (const auto& c : collective_metrics(tl)) mine["collectives"].push_back(to_json(c));
   return mine;

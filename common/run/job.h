@@ -114,6 +114,9 @@ class Job {
   // A figure the chapter reports: printed by rank 0 and stored in summary.json under
   // "figures" (rank 0's values). Every number a chapter prints goes through here.
   void figure(const std::string& key, double value, const std::string& unit, const std::string& what);
+  // A figure of this rank's own (each rank's differs: the work its attention did), stored in
+  // this rank's entry of summary.json under "figures"; not printed.
+  void rank_figure(const std::string& key, double value, const std::string& unit, const std::string& what);
   // Free-form text from rank 0.
   void say(const std::string& text) const;
 
@@ -122,6 +125,10 @@ class Job {
   // rank on the same cores. Over MPI in host memory, not traced; the other ranks wait without
   // spinning (they sleep between polls), so rank 0 has the cores to itself.
   std::vector<double> solved_once(const std::function<std::vector<double>()>& solve);
+
+  // Every rank's `mine`, in rank order, on every rank: for a figure that compares the ranks (the
+  // slowest over the mean). Over MPI in host memory, not traced.
+  std::vector<double> every_rank(double mine);
 
   // Strategy label for traces and summaries ("overlapped", "bucketed", ...).
   void set_strategy(std::string s) { strategy_ = std::move(s); }
@@ -155,6 +162,7 @@ class Job {
   std::unique_ptr<Comm> world_;
   std::string strategy_ = "default";
   nlohmann::json figures_ = nlohmann::json::object();
+  nlohmann::json rank_figures_ = nlohmann::json::object();
   nlohmann::json results_ = nlohmann::json::object();
   std::vector<double> losses_;  // the global mean loss of each step that reported one
   bool races_expected_ = false;

@@ -7,8 +7,9 @@
 //   --skip-reference    no final comparison with single-rank training (which runs on the CPU:
 //                       minutes for gpt2-small; for timing runs of large models on a GPU)
 // The seed and the number of steps are the shared --seed and --steps. Checked before step 1:
-// the sequence fits the model's context, and the global batch divides into ranks x
-// micro-batches (grad_accum: chapters with --grad-accum bind it to that flag).
+// the sequence fits the model's context, and the global batch divides into data-parallel ranks
+// x micro-batches (grad_accum: chapters with --grad-accum bind it to that flag; the
+// data-parallel ranks are the world, or the world / --cp where ranks share a sequence).
 #pragma once
 
 #include <string>
@@ -26,6 +27,7 @@ struct TrainFlags {
   double lr = 3e-3;
   bool skip_reference = false;
   int64_t grad_accum = 1;  // micro-batches per step (--grad-accum, where a chapter has it)
+  int64_t sequence_ranks = 1;  // ranks that share each sequence (chapter 08's --cp), a divisor of the world
 };
 
 inline void add_train_flags(Flags& f, TrainFlags& t) {
@@ -39,10 +41,11 @@ inline void add_train_flags(Flags& f, TrainFlags& t) {
     const int64_t context = GPTConfig::preset(t.model).max_T;
     require(t.seq_len <= context, "--seq-len", t.seq_len,
             "1 to " + std::to_string(context) + " (the context of --model " + t.model + ")");
-    const int64_t share = run.world_size * t.grad_accum;
+    const int64_t replicas = run.world_size / t.sequence_ranks;
+    const int64_t share = replicas * t.grad_accum;
     require(t.global_batch % share == 0, "--global-batch", t.global_batch,
-            "a multiple of " + std::to_string(run.world_size) + " ranks x " + std::to_string(t.grad_accum) +
-                " micro-batch(es) = " + std::to_string(share));
+            "a multiple of " + std::to_string(replicas) + (t.sequence_ranks > 1 ? " data-parallel" : "") + " ranks x " +
+                std::to_string(t.grad_accum) + " micro-batch(es) = " + std::to_string(share));
   });
 }
 

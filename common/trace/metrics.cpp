@@ -67,6 +67,25 @@ double union_length(std::vector<std::pair<double, double>> intervals, double t0,
   return total(merged(std::move(intervals), t0, t1));
 }
 
+StreamMetrics stream_metrics(const RankTimeline& tl, int stream, double t0_us, double t1_us) {
+  std::vector<Interval> mine, comm, compute;
+  for (const DeviceSlice& s : tl.slices) {
+    if (s.end_us <= t0_us || s.start_us >= t1_us) continue;
+    const Interval i{s.start_us, s.end_us};
+    const bool communicates = s.kind == SliceKind::comm || s.kind == SliceKind::comm_wait;
+    if (s.stream == stream) {
+      mine.push_back(i);
+      if (communicates) comm.push_back(i);
+    }
+    if (s.kind == SliceKind::compute) compute.push_back(i);
+  }
+  StreamMetrics m;
+  m.busy_us = union_length(std::move(mine), t0_us, t1_us);
+  const auto comm_u = merged(std::move(comm), t0_us, t1_us);
+  m.exposed_comm_us = total(comm_u) - intersection_length(comm_u, merged(std::move(compute), t0_us, t1_us));
+  return m;
+}
+
 RangeMetrics range_metrics(const RankTimeline& tl, double t0_us, double t1_us) {
   RangeMetrics m;
   m.window_us = std::max(0.0, t1_us - t0_us);

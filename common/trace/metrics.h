@@ -79,6 +79,16 @@ struct CollectiveMetrics {
   int64_t link_bytes = 0;  // what this rank sends over that link
 };
 
+// One stream over [t0, t1): `busy`, the union of its kernels and transfers (waits for other
+// members of a collective count, idle gaps do not); `exposed_comm`, its communication during
+// which no compute kernel ran on any stream. Chapter 08: the attention stream's busy time is
+// a rank's attention work, the ring stream's exposed time the KV exchange nothing hid.
+struct StreamMetrics {
+  double busy_us = 0;
+  double exposed_comm_us = 0;
+};
+StreamMetrics stream_metrics(const RankTimeline& tl, int stream, double t0_us, double t1_us);
+
 // Union length of intervals [a, b) clipped to [t0, t1).
 double union_length(std::vector<std::pair<double, double>> intervals, double t0, double t1);
 

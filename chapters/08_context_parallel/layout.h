@@ -1,0 +1,97 @@
+// layout.h: which tokens of a sequence each rank of a context-parallel group holds, and what
+// its queries compute against each chunk of keys and values the ring brings.
+//
+// A sequence of S tokens is split over the N ranks of the group; every token-wise operation
+// (embeddings, layernorm, MLP, head, loss) then runs on each rank's tokens alone. Attention is
+// the exception: rank r's queries need the keys and values of every earlier position, so the
+// ranks pass their KV chunks around a ring, and at ring step s rank r holds the chunk of rank
+// (r - s) mod N. Under the causal mask, what r computes against that chunk depends on where
+// both sit in the sequence:
+//
+//   contiguous: rank r holds tokens [r S/N, (r + 1) S/N). Step 0 is its own chunk (causal); a
+//     chunk from an earlier rank is seen whole; one from a later rank not at all. Rank N-1
+//     computes 2N - 1 times rank 0's work, and the ring goes at the pace of the slowest rank.
+//   zigzag: cut the sequence into 2N chunks of c = S/2N tokens; rank r holds chunk r and chunk
+//     2N-1-r (one early, one late). Step 0: its own 2c tokens, causal (chunk r comes before
+//     chunk 2N-1-r, so the causal mask over the pair is the right one). A chunk from an earlier
+//     rank j < r: every query of r sees the first half (chunk j) and none sees the second
+//     (chunk 2N-1-j, later than both of r's). From a later rank j > r: only r's late half
+//     (chunk 2N-1-r) sees anything, and it sees both of j's chunks. Either way c x 2c score
+//     entries, the same on every rank at every step after the first.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/attention.h"
+
+namespace ch08 {
+
+using shardlab::ops::AttentionMask;
+using shardlab::ops::Rows;
+
+enum class Layout { zigzag, contiguous };
+
+inline Layout layout_named(const std::string& name) { return name == "contiguous" ? Layout::contiguous : Layout::zigzag; }
+
+class SequenceLayout {
+ public:
+  // Rank `rank` of `ranks` sharing sequences of S tokens; S must divide into 2N chunks (zigzag)
+  // or N (contiguous): the chapter checks the flags before step 1.
+  SequenceLayout(Layout layout, int ranks, int rank, int64_t S)
+      : layout_(layout), N_(ranks), r_(rank), S_(S), local_(S / ranks) {}
+
+  Layout layout() const { return layout_; }
+  int64_t local_tokens() const { return local_; }
+
+  // The positions in the sequence of this rank's tokens, in the order it holds them.
+  std::vector<int32_t> positions() const {
+    std::vector<int32_t> out;
+    const auto chunk = [&](int64_t first, int64_t count) {
+      for (int64_t t = first; t < first + count; ++t) out.push_back(static_cast<int32_t>(t));
+    };
+    if (layout_ == Layout::contiguous) {
+      chunk(r_ * local_, local_);
+    } else {
+      const int64_t c = local_ / 2;
+      chunk(r_ * c, c);
+      chunk((2 * N_ - 1 - r_) * c, c);
+    }
+    return out;
+  }
+
+  // The KV chunk this rank holds at ring step `step`: rank (r - step) mod N's.
+  int owner(int step) const { return (r_ - step % N_ + N_) % N_; }
+
+  // What this rank's queries compute against the chunk of ring step `step` (rows of its local
+  // q and of the chunk's k, v); `any` is false when no query sees any of its keys.
+  struct Block {
+    bool any = true;
+    AttentionMask mask = AttentionMask::none;
+    Rows q_rows, kv_rows;
+  };
+  Block block(int step) const {
+    if (step == 0) return {true, AttentionMask::causal, {}, {}};
+    const int j = owner(step);
+    if (layout_ == Layout::contiguous) return j < r_ ? Block{} : Block{false, AttentionMask::none, {}, {}};
+    const int64_t c = local_ / 2;
+    if (j < r_) return {true, AttentionMask::none, {}, {0, c}};  // every query, the early half of the keys
+    return {true, AttentionMask::none, {c, c}, {}};              // the late half of the queries, every key
+  }
+
+  // The unmasked score entries of a block, per sequence and head: what its kernel computes.
+  int64_t score_entries(const Block& b) const {
+    if (!b.any) return 0;
+    const int64_t q = b.q_rows.count < 0 ? local_ - b.q_rows.begin : b.q_rows.count;
+    const int64_t k = b.kv_rows.count < 0 ? local_ - b.kv_rows.begin : b.kv_rows.count;
+    return b.mask == AttentionMask::causal ? q * (q + 1) / 2 : q * k;
+  }
+
+ private:
+  Layout layout_;
+  int N_, r_;
+  int64_t S_, local_;
+};
+
+}  // namespace ch08
