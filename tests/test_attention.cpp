@@ -367,6 +367,76 @@ TEST_CASE("attention: qkv_split and heads_merge round-trip exactly and their bac
   CHECK(f.dev.race_reports().empty());
 }
 
+// Ring attention's steps (chapter 08) compute blocks of rows: a block must give exactly what the
+// same rows give as tensors of their own, and leave every other row alone. A block of no keys
+// is a row that sees nothing: lse -inf, output 0, and a merge that ignores it.
+TEST_CASE("attention: row blocks equal the same rows as tensors of their own", "[attention]") {
+  struct Case {
+    int64_t Tq, Tk;
+    ops::Rows q_rows, kv_rows;
+    AttentionMask mask;
+  };
+  const Case cases[] = {
+      {6, 6, {0, 6}, {0, 3}, AttentionMask::none},   {6, 6, {3, 3}, {0, 6}, AttentionMask::none},
+      {9, 7, {2, 4}, {3, 4}, AttentionMask::causal}, {5, 5, {4, 1}, {2, 1}, AttentionMask::none},
+      {4, 4, {1, 2}, {2, 0}, AttentionMask::none},
+  };
+  Fixture f;
+  for (const Case& c : cases) {
+    const int64_t B = 2, NH = 3, hs = 5, q0 = c.q_rows.begin, nq = c.q_rows.count, k0 = c.kv_rows.begin,
+                  nk = c.kv_rows.count;
+    INFO("query rows [" << q0 << ", +" << nq << ") of " << c.Tq << ", key rows [" << k0 << ", +" << nk << ") of " << c.Tk);
+    const Tensor q = f.random({B, NH, c.Tq, hs}), k = f.random({B, NH, c.Tk, hs}), v = f.random({B, NH, c.Tk, hs});
+    const Tensor out = f.random(q.shape), lse = f.random({B, NH, c.Tq}), dout = f.random(q.shape);
+    const Tensor dq = f.zeros(q.shape), dk = f.zeros(k.shape), dv = f.zeros(k.shape);
+    const std::vector<double> out_before = to_double(out), lse_before = to_double(lse);
+    ops::attention_forward(f.dev, f.s(), out, lse, q, k, v, c.mask, c.q_rows, c.kv_rows);
+    ops::attention_backward(f.dev, f.s(), dq, dk, dv, dout, q, k, v, out, lse, c.mask, c.q_rows, c.kv_rows);
+
+    // The same computation on the rows copied out.
+    const Tensor sq = rows(f, q, q0, q0 + nq), sk = rows(f, k, k0, k0 + nk), sv = rows(f, v, k0, k0 + nk);
+    const Tensor sout = f.zeros(sq.shape), slse = f.zeros({B, NH, nq}), sdout = rows(f, dout, q0, q0 + nq);
+    const Tensor sdq = f.zeros(sq.shape), sdk = f.zeros(sk.shape), sdv = f.zeros(sk.shape);
+    ops::attention_forward(f.dev, f.s(), sout, slse, sq, sk, sv, c.mask);
+    ops::attention_backward(f.dev, f.s(), sdq, sdk, sdv, sdout, sq, sk, sv, sout, slse, c.mask);
+    check_equal(rows(f, out, q0, q0 + nq), sout, 0);
+    check_equal(rows(f, lse, q0, q0 + nq), slse, 0);
+    check_equal(rows(f, dq, q0, q0 + nq), sdq, 0);
+    check_equal(rows(f, dk, k0, k0 + nk), sdk, 0);
+    check_equal(rows(f, dv, k0, k0 + nk), sdv, 0);
+    if (nk == 0)
+      for (int64_t i = 0; i < slse.numel(); ++i) CHECK(slse.f32()[i] == -INFINITY);
+    // Rows outside the blocks: untouched.
+    const std::vector<double> out_after = to_double(out), lse_after = to_double(lse);
+    for (int64_t bh = 0; bh < B * NH; ++bh)
+      for (int64_t i = 0; i < c.Tq; ++i) {
+        if (i >= q0 && i < q0 + nq) continue;
+        CHECK(lse_after[static_cast<size_t>(bh * c.Tq + i)] == lse_before[static_cast<size_t>(bh * c.Tq + i)]);
+        for (int64_t ch = 0; ch < hs; ++ch)
+          CHECK(out_after[static_cast<size_t>((bh * c.Tq + i) * hs + ch)] ==
+                out_before[static_cast<size_t>((bh * c.Tq + i) * hs + ch)]);
+      }
+    CHECK(dot(rows(f, dq, 0, q0), rows(f, dq, 0, q0)) == 0);
+    CHECK(dot(rows(f, dk, k0 + nk, c.Tk), rows(f, dk, k0 + nk, c.Tk)) == 0);
+
+    // A merge on the block leaves the other rows as they were; a partial that saw no key
+    // changes nothing.
+    const Tensor merged = f.random(q.shape), merged_lse = f.random({B, NH, c.Tq});
+    const std::vector<double> before = to_double(merged);
+    ops::attention_merge(f.dev, f.s(), merged, merged_lse, out, lse, c.q_rows);
+    const std::vector<double> after = to_double(merged);
+    for (int64_t bh = 0; bh < B * NH; ++bh)
+      for (int64_t i = 0; i < c.Tq; ++i)
+        if (i < q0 || i >= q0 + nq || nk == 0)
+          for (int64_t ch = 0; ch < hs; ++ch)
+            CHECK(after[static_cast<size_t>((bh * c.Tq + i) * hs + ch)] == before[static_cast<size_t>((bh * c.Tq + i) * hs + ch)]);
+  }
+  CHECK_THROWS_WITH(ops::attention_forward(f.dev, f.s(), f.zeros({1, 1, 4, 2}), f.zeros({1, 1, 4}), f.zeros({1, 1, 4, 2}),
+                                           f.zeros({1, 1, 4, 2}), f.zeros({1, 1, 4, 2}), AttentionMask::none, {3, 2}),
+                    Catch::Contains("query rows [3, 5) outside the 4 rows"));
+  CHECK(f.dev.race_reports().empty());
+}
+
 TEST_CASE("attention: bad shapes are rejected with the op and the shapes in the message", "[attention]") {
   Fixture f;
   const Tensor q = f.zeros({1, 2, 4, 8}), k = f.zeros({1, 2, 5, 8}), lse = f.zeros({1, 2, 4});

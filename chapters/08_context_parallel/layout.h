@@ -18,6 +18,8 @@
 //     (chunk 2N-1-j, later than both of r's). From a later rank j > r: only r's late half
 //     (chunk 2N-1-r) sees anything, and it sees both of j's chunks. Either way c x 2c score
 //     entries, the same on every rank at every step after the first.
+// Without the causal mask (an encoder's attention) every query sees every key: each step is
+// the whole local q against the whole chunk, whatever the layout.
 #pragma once
 
 #include <cstdint>
@@ -39,8 +41,8 @@ class SequenceLayout {
  public:
   // Rank `rank` of `ranks` sharing sequences of S tokens; S must divide into 2N chunks (zigzag)
   // or N (contiguous): the chapter checks the flags before step 1.
-  SequenceLayout(Layout layout, int ranks, int rank, int64_t S)
-      : layout_(layout), N_(ranks), r_(rank), S_(S), local_(S / ranks) {}
+  SequenceLayout(Layout layout, int ranks, int rank, int64_t S, AttentionMask mask = AttentionMask::causal)
+      : layout_(layout), mask_(mask), N_(ranks), r_(rank), S_(S), local_(S / ranks) {}
 
   Layout layout() const { return layout_; }
   int64_t local_tokens() const { return local_; }
@@ -72,6 +74,7 @@ class SequenceLayout {
     Rows q_rows, kv_rows;
   };
   Block block(int step) const {
+    if (mask_ == AttentionMask::none) return {};
     if (step == 0) return {true, AttentionMask::causal, {}, {}};
     const int j = owner(step);
     if (layout_ == Layout::contiguous) return j < r_ ? Block{} : Block{false, AttentionMask::none, {}, {}};
@@ -90,6 +93,7 @@ class SequenceLayout {
 
  private:
   Layout layout_;
+  AttentionMask mask_;
   int N_, r_;
   int64_t S_, local_;
 };

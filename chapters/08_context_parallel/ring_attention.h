@@ -54,7 +54,7 @@ class RingAttention : public AttentionCore {
     const int N = group_.size();
     dev_.wait(attention_, dev_.record(s));  // q, k, v are ready on the block's stream
     if (N == 1) {  // no ring: the whole sequence is here
-      ops::attention_forward(dev_, attention_, out, lse, q, k, v, AttentionMask::causal);
+      ops::attention_forward(dev_, attention_, out, lse, q, k, v, layout_.block(0).mask);
       if (layer == 0) score_entries_ = layout_.score_entries(layout_.block(0));
       dev_.wait(s, dev_.record(attention_));
       return;
@@ -70,7 +70,7 @@ class RingAttention : public AttentionCore {
       if (step + 1 < N) arrived = pass_on(chunk, kv[(step + 1) % 2]);  // the next chunk travels meanwhile
       const SequenceLayout::Block b = layout_.block(step);
       entries += layout_.score_entries(b);
-      if (step == 0) {  // this rank's own chunk, under the causal mask: the first partial result
+      if (step == 0) {  // this rank's own chunk (under the causal mask): the first partial result
         ops::attention_forward(dev_, attention_, out, lse, q, keys(chunk, k), values(chunk, k), b.mask);
       } else if (b.any) {
         ops::attention_forward(dev_, attention_, part_out, part_lse, q, keys(chunk, k), values(chunk, k), b.mask,
@@ -90,7 +90,7 @@ class RingAttention : public AttentionCore {
     const int N = group_.size();
     dev_.wait(attention_, dev_.record(s));
     if (N == 1) {  // no ring: the whole sequence is here
-      ops::attention_backward(dev_, attention_, dq, dk, dv, dout, q, k, v, out, lse, AttentionMask::causal);
+      ops::attention_backward(dev_, attention_, dq, dk, dv, dout, q, k, v, out, lse, layout_.block(0).mask);
       dev_.wait(s, dev_.record(attention_));
       return;
     }
