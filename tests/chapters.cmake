@@ -71,7 +71,7 @@ endforeach()
 # The loss printed and recorded is the global batch's mean: the same at world 1 and 3.
 # Chapters 02, 03 and 07 also split each rank's share into micro-batches (--grad-accum): the
 # loss is then the micro-batches' mean, not the last one's.
-foreach(ch 02 03 04 05 06 07)
+foreach(ch 02 03 04 05 06 07 08)
   set(check "${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_same_loss.py '${RUNS}/loss_ch${ch}_np1/summary.json'")
   set(run "${MPIRUN_SH} -np $1 $<TARGET_FILE:shardlab_ch${ch}> --trace-dir '${RUNS}' --run-name loss_ch${ch}_$2 $3 > /dev/null")
   set(name "ch${ch}: the loss is the global batch's, the same at world 1 and 3")
@@ -84,7 +84,7 @@ foreach(ch 02 03 04 05 06 07)
   set_tests_properties("${name}" PROPERTIES TIMEOUT 180 PROCESSORS 3)
 endforeach()
 # The chapters check the collectives of their last step: with --steps 1 that is step 1.
-foreach(ch 02 03 04 05 06 07)
+foreach(ch 02 03 04 05 06 07 08)
   add_test(NAME "ch${ch}: a one-step run passes its own checks"
            COMMAND ${MPIRUN} -np 2 $<TARGET_FILE:shardlab_ch${ch}> --steps 1 --trace-dir ${RUNS} --run-name one_step_ch${ch})
   set_tests_properties("ch${ch}: a one-step run passes its own checks" PROPERTIES TIMEOUT 60 PROCESSORS 2)
@@ -332,6 +332,58 @@ foreach(sharding full hybrid)
            COMMAND sh -c "rm -rf '${dir}' && mkdir -p '${dir}' && cd '${dir}' && ${MPIRUN_SH} -np 16 $<TARGET_FILE:shardlab_ch07> --profile h100-2x8-1nic --model gpt2-small --global-batch 16 --seq-len 1024 --compute skip --steps 3 --sharding ${sharding} --trace-dir traces --run-name 07_${sharding}_1nic > /dev/null && gzip -dc '${PROJECT_SOURCE_DIR}/traces/07_${sharding}_1nic/rank0.json.gz' | cmp - traces/07_${sharding}_1nic/rank0.json || { echo 'traces/07_${sharding}_1nic differs: regenerate it (traces/README.md)'; exit 1; }")
   set_tests_properties("ch07: the reference trace in traces/07_${sharding}_1nic (rank 0, gzipped) is what the code writes" PROPERTIES TIMEOUT 300 PROCESSORS 2)
 endforeach()
+
+# Chapter 08: context parallelism. The chapter checks itself against single-rank training on
+# the whole sequences (relative error 1e-5) at worlds 1-4 (every rank on one sequence, zigzag),
+# then every ring of 2, 3 and 4 ranks alone and two rings of 2 side by side, both layouts.
+shardlab_chapter_tests(ch08 shardlab_ch08)
+foreach(layout zigzag contiguous)
+  foreach(np_cp "2 2" "3 3" "4 4" "4 2")
+    string(REPLACE " " ";" pair ${np_cp})
+    list(GET pair 0 np)
+    list(GET pair 1 cp)
+    set(name "ch08: ${layout}, ${np} ranks in rings of ${cp}, equals single-rank training on the whole sequences")
+    add_test(NAME "${name}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch08> --cp ${cp} --cp-layout ${layout}
+                                    --trace-dir ${RUNS} --run-name ch08_${layout}_${np}_${cp})
+    set_tests_properties("${name}" PROPERTIES TIMEOUT 120 PROCESSORS ${np})
+  endforeach()
+endforeach()
+add_test(NAME "ch08: a sequence that does not cut into 2N chunks exits 2 before step 1, naming --seq-len and the layout"
+         COMMAND ${EXPECT_EXIT} 2 "error: --seq-len: got '36'; allowed: a multiple of 8 \\(--cp-layout zigzag cuts each sequence into 8 chunks\\)" --not "step 1/"
+                 -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch08> --seq-len 36)
+add_test(NAME "ch08: contiguous needs N chunks only"
+         COMMAND ${EXPECT_EXIT} 2 "error: --seq-len: got '42'; allowed: a multiple of 4 \\(--cp-layout contiguous" --not "step 1/"
+                 -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch08> --seq-len 42 --cp-layout contiguous)
+add_test(NAME "ch08: --cp that does not divide the world exits 2 before step 1"
+         COMMAND ${EXPECT_EXIT} 2 "error: --cp: got '3'; allowed: a divisor of the world size 4" --not "step 1/"
+                 -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch08> --cp 3)
+add_test(NAME "ch08: the global batch divides among the data-parallel ranks only"
+         COMMAND ${EXPECT_EXIT} 2 "error: --global-batch: got '3'; allowed: a multiple of 2 data-parallel ranks" --not "step 1/"
+                 -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch08> --cp 2 --global-batch 3)
+set_tests_properties("ch08: a sequence that does not cut into 2N chunks exits 2 before step 1, naming --seq-len and the layout"
+                     "ch08: contiguous needs N chunks only" "ch08: --cp that does not divide the world exits 2 before step 1"
+                     "ch08: the global batch divides among the data-parallel ranks only" PROPERTIES PROCESSORS 4)
+# The work per rank (FACTS: N = 8, c = 64), counted by the chapter as its attention launches.
+foreach(layout zigzag contiguous)
+  set(name "ch08: 8 ranks, S = 1024, ${layout}: every rank's score entries are the layout's formula")
+  add_test(NAME "${name}"
+           COMMAND sh -c "${MPIRUN_SH} -np 8 $<TARGET_FILE:shardlab_ch08> --model gpt2-small --global-batch 1 --seq-len 1024 --compute skip --steps 1 --cp-layout ${layout} --trace-dir '${RUNS}' --run-name ch08_entries_${layout} > /dev/null && ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_context_parallel.py '${RUNS}/ch08_entries_${layout}/summary.json'")
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 120 PROCESSORS 2)
+endforeach()
+# The lesson's timing on 8 simulated H100s, 32k tokens a sequence: zigzag balances the ranks'
+# attention, contiguous leaves the last rank most of it; memory is the formula (memory.h).
+foreach(layout zigzag contiguous)
+  add_test(NAME "ch08: gpt2-small-128k, S = 32768 over 8 H100s, ${layout}"
+           COMMAND ${MPIRUN} -np 8 $<TARGET_FILE:shardlab_ch08> --model gpt2-small-128k --global-batch 1 --seq-len 32768 --compute skip --steps 2
+                   --cp-layout ${layout} --trace-dir ${RUNS} --run-name ch08_balance_${layout})
+  set_tests_properties("ch08: gpt2-small-128k, S = 32768 over 8 H100s, ${layout}" PROPERTIES TIMEOUT 120 PROCESSORS 2 FIXTURES_SETUP ch08_balance_${layout})
+endforeach()
+add_test(NAME "ch08: at cp 8 the slowest rank's attention is within 5% of the mean under zigzag and above 1.5x under contiguous, memory the formula within 2%"
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_figures.py ${RUNS}/ch08_balance_zigzag/summary.json --as contiguous ${RUNS}/ch08_balance_contiguous/summary.json
+                 "attention_imbalance < 1.05" "contiguous_attention_imbalance > 1.5" "step_ms < contiguous_step_ms"
+                 "abs(peak_allocated_MiB / memory_formula_MiB - 1) < 0.02" "abs(contiguous_peak_allocated_MiB / contiguous_memory_formula_MiB - 1) < 0.02")
+set_tests_properties("ch08: at cp 8 the slowest rank's attention is within 5% of the mean under zigzag and above 1.5x under contiguous, memory the formula within 2%"
+                     PROPERTIES FIXTURES_REQUIRED "ch08_balance_zigzag;ch08_balance_contiguous")
 
 # Notebooks are executed (Debian's jupyter-nbconvert). Each runs its chapter into the build tree.
 find_program(JUPYTER jupyter)

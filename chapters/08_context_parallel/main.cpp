@@ -34,7 +34,12 @@ using namespace shardlab;
 
 namespace {
 
-TrainFlags train;
+// Sequences of 48 tokens by default: chunks that divide evenly over 1 to 4 ranks (2N chunks).
+TrainFlags train = [] {
+  TrainFlags t;
+  t.seq_len = 48;
+  return t;
+}();
 int64_t cp = 0;  // 0: the world
 std::string cp_layout = "zigzag";
 
