@@ -161,6 +161,11 @@ void lesson(Job& job) {
   const double B = hop.busbw_GBps * 1e9;
   job.figure("kv_hidden_from_tokens", 4.0 * F / B, "tokens",
              "per rank and step, by the formula on the slowest hop (" + hop.name + ")");
+  // One transfer per layer no compute can hide: backward's last dK, dV hop, which brings each
+  // rank its own chunk's gradient after its last kernel.
+  const double chunk_bytes = 2.0 * static_cast<double>(model.B() * layout.local_tokens() * cfg.channels) * 4;
+  const double last_hop_ms = N > 1 ? static_cast<double>(cfg.layers * p2p_ns(hop, chunk_bytes)) / 1e6 : 0.0;
+  job.figure("kv_exposed_floor_ms", last_hop_ms, "ms", "backward's last dK, dV hop, once per layer (the cost model)");
 
   const ch08::MemoryFormula memory = ch08::cp_peak_memory(cfg, replica.model().B(), setup.T, N);
   job.figure("peak_allocated_MiB", MiB(static_cast<double>(step_figures.peak_allocated)), "MiB", "rank 0, last step");
