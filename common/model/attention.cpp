@@ -140,7 +140,7 @@ void attention_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& 
   const AttnDims d = attention_dims("attention_forward", out, lse, q, k, v, mask);
   const double flops = 4.0 * static_cast<double>(d.hs) * d.pairs();
   dev.launch(s,
-             {"attention_forward", flops, bytes_of({&q, &k, &v, &out, &lse}), DType::f32, KernelClass::matmul,
+             {"attention_forward", flops, bytes_of({&q, &k, &v, &out, &lse}), DType::f32, KernelClass::attention,
               {reads(q), reads(k), reads(v), writes(out), writes(lse)}},
              [=] {
                const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
@@ -187,7 +187,7 @@ void attention_backward(Device& dev, Stream& s, const Tensor& dq, const Tensor& 
   const double flops = 8.0 * static_cast<double>(d.hs) * d.pairs();
   const double bytes = bytes_of({&dout, &q, &k, &v, &out, &lse}) + 2 * bytes_of({&dq, &dk, &dv});
   dev.launch(s,
-             {op, flops, bytes, DType::f32, KernelClass::matmul,
+             {op, flops, bytes, DType::f32, KernelClass::attention,
               {reads(dout), reads(q), reads(k), reads(v), reads(out), reads(lse), reads(dq), reads(dk), reads(dv),
                writes(dq), writes(dk), writes(dv)}},
              [=] {
