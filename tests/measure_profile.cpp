@@ -4,7 +4,10 @@
 // node's topology and its links) and replaces every constant a single GPU can measure, each with
 // its source saying how and where it was measured:
 //   gpu:   name, memory, SMs, compute capability (cudaGetDeviceProperties); matmul_efficiency
-//          (cuBLAS SGEMM 8192^3 TFLOP/s over the base's fp32 peak); hbm_GBps (a 1 GiB
+//          (cuBLAS SGEMM 8192^3 TFLOP/s over the base's fp32 peak); attention_efficiency
+//          (shardlab's fp32 attention forward and backward kernels, cuda/kernels.h, at GPT-2 small's
+//          shape: B 4, 12 heads, T 1024, hs 64, causal; FLOPs as model/attention.cpp charges them,
+//          over the base's fp32 peak; no FlashAttention exists for fp32); hbm_GBps (a 1 GiB
 //          device-to-device copy reads and writes every byte); kernel_overhead_us (back-to-back
 //          tiny kernels on the GPU's own clock)
 //   host:  launch_us (CPU time of one op launched through shardlab's CUDA device), runtime_call_us
@@ -50,6 +53,12 @@ double host_us_per_call(int calls, const std::function<void()>& call) {
 // Device microseconds per call of `work` on stream s.
 double device_us_per_call(cudaStream_t s, int reps, const std::function<void()>& work) {
   return device_ms_per_call(s, reps, work) * 1e3;
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
 }
 
 template <class T>
@@ -113,6 +122,35 @@ int main(int argc, char** argv) {
     set(g["matmul_efficiency"], tflops / base_profile.peak_tflops_f32,
         by + "cuBLAS SGEMM 8192^3 at " + std::to_string(tflops) + " TFLOP/s over the base's fp32 peak");
     for (Tensor* t : {&a, &b, &c}) dev.free(*t);
+
+    // Attention: the fused forward and backward kernels the ops launch, at GPT-2 small's shape with
+    // the chapters' sequence length, causal. FLOPs as ops::attention_forward / attention_backward
+    // charge them (4 hs and 8 hs per unmasked query-key pair); one efficiency for both, as the sim has.
+    {
+      const int64_t B = 4, NH = 12, T = 1024, hs = 64;
+      const double pairs = static_cast<double>(B * NH) * static_cast<double>(T) * static_cast<double>(T + 1) / 2;
+      auto head = [&](const char* what) { return dev.empty({B, NH, T, hs}, DType::f32, stream, what); };
+      Tensor q = head("q"), k = head("k"), v = head("v"), o = head("out"), dout = head("dout"), dq = head("dq"),
+             dk = head("dk"), dv = head("dv");
+      Tensor lse = dev.empty({B, NH, T}, DType::f32, stream, "lse");
+      for (Tensor* t : {&q, &k, &v, &o, &dout, &dq, &dk, &dv}) ops::fill(dev, stream, *t, 0.001f);
+      const double fwd_us = device_us_per_call(s, 10, [&] {
+        cuda::attention_forward(o.f32(), lse.f32(), q.f32(), k.f32(), v.f32(), B, NH, {0, T, T}, {0, T, T}, hs, true, s);
+      });
+      const double bwd_us = device_us_per_call(s, 10, [&] {
+        cuda::attention_backward(dq.f32(), dk.f32(), dv.f32(), dout.f32(), q.f32(), k.f32(), v.f32(), o.f32(),
+                                 lse.f32(), B, NH, {0, T, T}, {0, T, T}, hs, true, s);
+      });
+      const double fwd_tflops = 4.0 * hs * pairs / fwd_us / 1e6, bwd_tflops = 8.0 * hs * pairs / bwd_us / 1e6;
+      const double attn_tflops = 12.0 * hs * pairs / (fwd_us + bwd_us) / 1e6;
+      set(g["attention_efficiency"], attn_tflops / base_profile.peak_tflops_f32,
+          by + "shardlab's fp32 attention kernels (cuda::attention_forward and attention_backward; no FlashAttention "
+               "exists for fp32) at B 4, 12 heads, T 1024, hs 64, causal: forward " + fixed(fwd_tflops, 2) +
+              " TFLOP/s, backward " + fixed(bwd_tflops, 2) + ", both " + fixed(attn_tflops, 2) +
+              " TFLOP/s over the base's fp32 peak (FLOPs as model/attention.cpp counts them: 4 hs forward, 8 hs "
+              "backward per unmasked query-key pair)");
+      for (Tensor* t : {&q, &k, &v, &o, &dout, &dq, &dk, &dv, &lse}) dev.free(*t);
+    }
 
     // HBM: a 1 GiB device-to-device copy moves every byte in and out.
     const size_t big = size_t{1} << 30;

@@ -110,6 +110,9 @@ TEST_CASE("profiles: every shipped profile loads with sane numbers", "[profile]"
     CHECK(p.intra.busbw_GBps > p.inter.busbw_GBps);
     CHECK(p.max_ranks() >= 4);
     CHECK(p.nics_per_node >= 1);
+    // A fused attention kernel does not beat a large GEMM on the same GPU.
+    CHECK(p.attention_efficiency > 0);
+    CHECK(p.attention_efficiency <= p.matmul_efficiency);
   }
   CHECK(load_profile("h100-2x8").max_ranks() == 16);
   CHECK(load_profile("cpu-bound").launch_us == Approx(10 * load_profile("h100-8").launch_us));
@@ -130,12 +133,29 @@ TEST_CASE("profiles: an unknown name lists the profiles, a constant without a so
   std::remove(path.c_str());
 }
 
+TEST_CASE("profiles: a profile without gpu.attention_efficiency is refused, naming the field", "[profile]") {
+  const std::string path = "/tmp/shardlab_no_attention_profile.json";
+  {
+    std::ifstream in(std::string(SHARDLAB_SOURCE_DIR) + "/common/device/profiles/h100-8.json");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto at = text.find("\"attention_efficiency\"");
+    REQUIRE(at != std::string::npos);
+    text.replace(at, 22, "\"attention_eficiency\"");  // a misspelt key is a missing field
+    std::ofstream(path) << text;
+  }
+  CHECK_THROWS_WITH(load_profile(path), Catch::Contains("missing field 'gpu.attention_efficiency'"));
+  std::remove(path.c_str());
+}
+
 TEST_CASE("cost model: kernels are bound by math or memory, whichever is slower", "[cost]") {
   Profile p = load_profile("h100-8");
   // 1 GFLOP of fp32 matmul: 1e9 / (66.9e12 x 0.75) s = 19.93 us, + 2 us overhead.
   CHECK(kernel_ns(p, 1e9, 0, DType::f32, KernelClass::matmul) == 21931);
   // The same in bf16 runs on tensor cores.
   CHECK(kernel_ns(p, 1e9, 0, DType::bf16, KernelClass::matmul) < 4000);
+  // The same GFLOP as a fused attention kernel runs at the attention efficiency:
+  // 1e9 / (66.9e12 x 0.35) s = 42.71 us, + 2 us overhead.
+  CHECK(kernel_ns(p, 1e9, 0, DType::f32, KernelClass::attention) == 44708);
   // 335 MB of traffic at 3350 GB/s: 100 us, whatever the (small) FLOP count.
   CHECK(kernel_ns(p, 1e3, 335e6, DType::f32, KernelClass::elementwise) == 102000);
 }

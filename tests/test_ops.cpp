@@ -444,7 +444,7 @@ TEST_CASE("ops: under --compute skip every op runs and declares its FLOPs and by
   auto device = [](bool count_flops) {
     Profile p = load_profile("h100-8");
     p.kernel_overhead_us = 0;
-    p.matmul_efficiency = p.elementwise_efficiency = 1;
+    p.matmul_efficiency = p.attention_efficiency = p.elementwise_efficiency = 1;
     p.peak_tflops_f32 = count_flops ? 1e-6 : 1e9;
     p.hbm_GBps = count_flops ? 1e12 : 1e-3;
     return SimDevice(p, ComputeMode::skip, 0, 1);

@@ -37,12 +37,21 @@ double ll_us(const LinkTier& l, CollectiveKind kind, double bytes, int n) {
   return l.ll_base_us + r.steps * l.ll_hop_us + r.traffic * bytes / (l.busbw_GBps * l.ll_bw_fraction * 1e3);
 }
 
+double efficiency(const Profile& p, KernelClass cls) {
+  switch (cls) {
+    case KernelClass::matmul: return p.matmul_efficiency;
+    case KernelClass::attention: return p.attention_efficiency;
+    case KernelClass::elementwise: return p.elementwise_efficiency;
+  }
+  return p.elementwise_efficiency;
+}
+
 }  // namespace
 
 int64_t kernel_ns(const Profile& p, double flops, double bytes, DType dtype, KernelClass cls) {
   const bool tensor_core = dtype == DType::bf16 || dtype == DType::f16;
   const double peak = (tensor_core ? p.peak_tflops_bf16 : p.peak_tflops_f32) * 1e6;  // FLOP per us
-  const double eff = cls == KernelClass::matmul ? p.matmul_efficiency : p.elementwise_efficiency;
+  const double eff = efficiency(p, cls);
   const double math_us = flops / (peak * eff);
   const double memory_us = bytes / (p.hbm_GBps * 1e3);  // GB/s = 1e3 bytes per us
   return to_ns(std::max(math_us, memory_us) + p.kernel_overhead_us);

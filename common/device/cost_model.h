@@ -1,7 +1,9 @@
 // cost_model.h: how long things take on the simulated GPU. Pure functions of a profile.
 //
 // Kernel:   max(flops / (peak(dtype) x efficiency), bytes / HBM bandwidth) + kernel overhead.
-//           A kernel is bound by whichever of arithmetic and memory traffic takes longer.
+//           A kernel is bound by whichever of arithmetic and memory traffic takes longer. The
+//           efficiency is the profile's for the kernel's class: matmul (a cuBLAS GEMM),
+//           attention (a fused FlashAttention-style kernel) or elementwise (everything else).
 // Memcpy:   latency + bytes / link bandwidth (PCIe for host <-> device, HBM read+write on device).
 // Ring collective (NCCL's model, src/graph/tuning.cc): for each protocol (Simple, LL),
 //           time = base + steps x hop + bytes / algbw, algbw = busbw x n / steps' bytes factor;
@@ -19,7 +21,7 @@
 
 namespace shardlab {
 
-enum class KernelClass : uint8_t { matmul, elementwise };
+enum class KernelClass : uint8_t { matmul, attention, elementwise };
 enum class CopyKind : uint8_t { host_to_device, device_to_host, device_to_device };
 enum class CollectiveKind : uint8_t { all_reduce, reduce_scatter, all_gather, broadcast };
 

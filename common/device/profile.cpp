@@ -107,6 +107,7 @@ Profile load_profile(const std::string& name_or_path) {
   p.peak_tflops_f32 = number(root, "gpu.peak_tflops_f32", f);
   p.peak_tflops_bf16 = number(root, "gpu.peak_tflops_bf16", f);
   p.matmul_efficiency = number(root, "gpu.matmul_efficiency", f);
+  p.attention_efficiency = number(root, "gpu.attention_efficiency", f);
   p.elementwise_efficiency = number(root, "gpu.elementwise_efficiency", f);
   p.hbm_GBps = number(root, "gpu.hbm_GBps", f);
   p.kernel_overhead_us = number(root, "gpu.kernel_overhead_us", f, false);
@@ -122,7 +123,7 @@ Profile load_profile(const std::string& name_or_path) {
   p.nics_per_node = static_cast<int>(number(root, "topology.nics_per_node", f));
   p.intra = link(root, "intra", f);
   p.inter = link(root, "inter", f);
-  if (p.matmul_efficiency > 1 || p.elementwise_efficiency > 1)
+  if (p.matmul_efficiency > 1 || p.attention_efficiency > 1 || p.elementwise_efficiency > 1)
     throw std::runtime_error("profile " + f + ": efficiencies are fractions of peak, at most 1");
   return p;
 }

@@ -35,6 +35,7 @@ struct Profile {
   double peak_tflops_f32 = 0;        // CUDA cores (PyTorch's default fp32 matmul: no TF32)
   double peak_tflops_bf16 = 0;       // tensor cores, dense
   double matmul_efficiency = 0;      // fraction of peak a large GEMM reaches
+  double attention_efficiency = 0;   // fraction of peak a fused attention kernel (forward, backward) reaches
   double elementwise_efficiency = 0; // fraction of peak FLOP/s for non-GEMM kernels
   double hbm_GBps = 0;
   double kernel_overhead_us = 0;     // launch-to-start latency and tail of one kernel on the GPU

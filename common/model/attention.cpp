@@ -165,7 +165,7 @@ void attention_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& 
   const double flops = 4.0 * static_cast<double>(d.hs) * d.pairs();
   const double bytes = 2 * d.q_bytes() + 2 * d.k_bytes() + d.lse_bytes();  // q, out; k, v; lse
   dev.launch(s,
-             {"attention_forward", flops, bytes, DType::f32, KernelClass::matmul,
+             {"attention_forward", flops, bytes, DType::f32, KernelClass::attention,
               {reads(q), reads(k), reads(v), writes(out), writes(lse)}},
              [=] {
                const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
@@ -214,7 +214,7 @@ void attention_backward(Device& dev, Stream& s, const Tensor& dq, const Tensor& 
   // Reads dout, q, out, lse and k, v; reads and writes dq and dk, dv: over the blocks only.
   const double bytes = 5 * d.q_bytes() + d.lse_bytes() + 6 * d.k_bytes();
   dev.launch(s,
-             {op, flops, bytes, DType::f32, KernelClass::matmul,
+             {op, flops, bytes, DType::f32, KernelClass::attention,
               {reads(dout), reads(q), reads(k), reads(v), reads(out), reads(lse), reads(dq), reads(dk), reads(dv),
                writes(dq), writes(dk), writes(dv)}},
              [=] {
