@@ -385,6 +385,20 @@ add_test(NAME "ch08: at cp 8 the slowest rank's attention is within 5% of the me
 set_tests_properties("ch08: at cp 8 the slowest rank's attention is within 5% of the mean under zigzag and above 1.5x under contiguous, memory the formula within 2%"
                      PROPERTIES FIXTURES_REQUIRED "ch08_balance_zigzag;ch08_balance_contiguous")
 
+# Chapter 08's reference traces: the lesson's timing run on 4 ranks, zigzag and contiguous (its
+# picture compares them), every rank gzipped (a ring attention step is many small events).
+foreach(layout zigzag contiguous)
+  if(layout STREQUAL "zigzag")
+    set(run 08_context_parallel)
+  else()
+    set(run 08_contiguous)
+  endif()
+  set(dir ${RUNS}/reference_ch08_${layout})
+  add_test(NAME "ch08: the reference trace in traces/${run} (gzipped) is what the code writes"
+           COMMAND sh -c "rm -rf '${dir}' && mkdir -p '${dir}' && cd '${dir}' && ${MPIRUN_SH} -np 4 $<TARGET_FILE:shardlab_ch08> --model gpt2-small-128k --global-batch 1 --seq-len 16384 --compute skip --steps 2 --cp-layout ${layout} --trace-dir traces --run-name ${run} > /dev/null && cmp traces/${run}/summary.json '${PROJECT_SOURCE_DIR}/traces/${run}/summary.json' && for r in 0 1 2 3; do gzip -dc '${PROJECT_SOURCE_DIR}/traces/${run}/rank'$r'.json.gz' | cmp - traces/${run}/rank$r.json || exit 1; done || { echo 'traces/${run} differs: regenerate it (traces/README.md)'; exit 1; }")
+  set_tests_properties("ch08: the reference trace in traces/${run} (gzipped) is what the code writes" PROPERTIES TIMEOUT 300 PROCESSORS 4)
+endforeach()
+
 # Notebooks are executed (Debian's jupyter-nbconvert). Each runs its chapter into the build tree.
 find_program(JUPYTER jupyter)
 function(shardlab_notebook_test notebook)

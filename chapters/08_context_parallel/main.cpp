@@ -157,7 +157,7 @@ void lesson(Job& job) {
   // (FACTS, "when the exchange hides"): per step a rank sends 2 s C x 4 bytes and computes
   // 4 s^2 C x rho FLOPs (rho = 1/2 for the balanced causal steps), so s >= (4 / (2 rho)) F / B.
   const LinkTier hop = slowest_hop(profile, *group);
-  const double F = profile.peak_tflops_f32 * 1e12 * profile.matmul_efficiency;
+  const double F = profile.peak_tflops_f32 * 1e12 * profile.attention_efficiency;
   const double B = hop.busbw_GBps * 1e9;
   job.figure("kv_hidden_from_tokens", 4.0 * F / B, "tokens",
              "per rank and step, by the formula on the slowest hop (" + hop.name + ")");
