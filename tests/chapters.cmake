@@ -262,6 +262,7 @@ shardlab_readme_test(ch04 shardlab_ch04 04_fsdp)
 shardlab_readme_test(ch05 shardlab_ch05 05_prefetch)
 shardlab_readme_test(ch06 shardlab_ch06 06_rate_limit)
 shardlab_readme_test(ch07 shardlab_ch07 07_hsdp --profile h100-2x2)
+shardlab_readme_test(ch08 shardlab_ch08 08_context_parallel)
 
 # The local rank (on a GPU: which GPU a rank takes) comes from Open MPI's or Slurm's variable, else
 # from MPI; Slurm's is set by hand under mpirun here (tests/check_local_rank.py).
@@ -444,7 +445,8 @@ if(TARGET shardlab-view AND XVFB_RUN)
 
   # Each chapter README shows a viewer screenshot of its reference trace with the command that
   # made it: the command is rerun as written (into the build tree) and its picture checked.
-  foreach(chapter 00_streams_events 01_ring_allreduce 02_naive_ddp 03_bucketed_ddp 04_fsdp 05_prefetch 06_rate_limit 07_hsdp)
+  foreach(chapter 00_streams_events 01_ring_allreduce 02_naive_ddp 03_bucketed_ddp 04_fsdp 05_prefetch 06_rate_limit 07_hsdp
+                  08_context_parallel)
     add_test(NAME "viewer: the README screenshot command of chapter ${chapter} works"
              COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_readme_screenshot.py $<TARGET_FILE:shardlab-view>
                      ${PROJECT_SOURCE_DIR}/chapters/${chapter}/README.md ${VIEWER_OUT}/readme/${chapter}.png)

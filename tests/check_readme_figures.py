@@ -8,7 +8,9 @@
 2. Program output (with --mpirun and --bin): a code block right after a comment
    `<!-- output: -np N PROGRAM FLAGS... -->` must be a copy of lines that command prints. The
    command is run as `MPIRUN -np N BIN/PROGRAM FLAGS --trace-dir <tmp>`, and every non-empty
-   line of the block must appear among its output lines (spacing aside).
+   line of the block must appear among its output lines (spacing aside). A run that must fail
+   says so, `<!-- output (exit 1): ... -->`: it must exit with that status, and its lines are
+   looked for in what it printed on stdout and stderr.
 """
 import argparse
 import json
@@ -41,17 +43,18 @@ def squash(line):
 
 
 def check_outputs(text, mpirun, bindir, problems):
-    blocks = re.findall(r"<!-- output: (.*?) -->\s*```[a-z]*\n(.*?)```", text, re.S)
-    for command, block in blocks:
+    blocks = re.findall(r"<!-- output(?: \(exit ([0-9]+)\))?: (.*?) -->\s*```[a-z]*\n(.*?)```", text, re.S)
+    for status, command, block in blocks:
         args = shlex.split(command)
         np_flag, ranks, program, flags = args[0], args[1], args[2], args[3:]
         with tempfile.TemporaryDirectory() as tmp:
             cmd = shlex.split(mpirun) + [np_flag, ranks, f"{bindir}/{program}", *flags, "--trace-dir", tmp]
             out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode != 0:
-            problems.append(f"`{command}` exited {out.returncode}: {out.stderr[-500:]}")
+        expected = int(status or 0)
+        if out.returncode != expected:
+            problems.append(f"`{command}` exited {out.returncode}, not {expected}: {out.stderr[-500:]}")
             continue
-        printed = {squash(l) for l in out.stdout.splitlines()}
+        printed = {squash(l) for l in (out.stdout + (out.stderr if expected else "")).splitlines()}
         for line in block.splitlines():
             if line.strip() and squash(line) not in printed:
                 problems.append(f"`{command}` no longer prints: {line.strip()}")
