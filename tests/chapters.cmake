@@ -421,6 +421,7 @@ shardlab_notebook_test(04_fsdp_memory.ipynb)
 shardlab_notebook_test(05_prefetch.ipynb)
 shardlab_notebook_test(06_rate_limit.ipynb)
 shardlab_notebook_test(07_hsdp.ipynb)
+shardlab_notebook_test(08_context_parallel.ipynb)
 
 # The viewer, headless under Xvfb (Mesa's software OpenGL): a real screenshot, and a bad file
 # that must end in a message, not a crash or a hang.
