@@ -386,6 +386,20 @@ add_test(NAME "ch08: at cp 8 the slowest rank's attention is within 5% of the me
 set_tests_properties("ch08: at cp 8 the slowest rank's attention is within 5% of the mean under zigzag and above 1.5x under contiguous, memory the formula within 2%"
                      PROPERTIES FIXTURES_REQUIRED "ch08_balance_zigzag;ch08_balance_contiguous")
 
+# When the KV exchange hides (FACTS: s >= 4 F / B tokens per rank here): below the formula's
+# crossover it is exposed well above the one hop per layer nothing can hide, above it it is
+# that hop; on NVLink (cp 8, crossover 253 tokens) and across two nodes (cp 16, 2,036 tokens).
+foreach(case "8;h100-8;1024;8192" "16;h100-2x8;16384;65536")
+  list(GET case 0 np)
+  list(GET case 1 profile)
+  list(GET case 2 short)
+  list(GET case 3 long)
+  set(name "ch08: cp ${np} on ${profile}: the KV exchange is exposed at S = ${short} and down to its floor at S = ${long}, as the formula's crossover says")
+  set(run "${MPIRUN_SH} -np ${np} $<TARGET_FILE:shardlab_ch08> --profile ${profile} --model gpt2-small-128k --global-batch 1 --compute skip --steps 2 --trace-dir '${RUNS}'")
+  add_test(NAME "${name}"
+           COMMAND sh -c "${run} --seq-len ${short} --run-name ch08_hide_${np}_short > /dev/null && ${run} --seq-len ${long} --run-name ch08_hide_${np}_long > /dev/null && ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_figures.py '${RUNS}/ch08_hide_${np}_short/summary.json' --as long '${RUNS}/ch08_hide_${np}_long/summary.json' '${short} / ${np} < kv_hidden_from_tokens' '${long} / ${np} >= long_kv_hidden_from_tokens * 2' 'exposed_kv_ms > 5 * kv_exposed_floor_ms' 'long_exposed_kv_ms < 1.5 * long_kv_exposed_floor_ms'")
+  set_tests_properties("${name}" PROPERTIES TIMEOUT 300 PROCESSORS 2)
+endforeach()
 # Chapter 08's reference traces: the lesson's timing run on 4 ranks, zigzag and contiguous (its
 # picture compares them), every rank gzipped (a ring attention step is many small events).
 foreach(layout zigzag contiguous)

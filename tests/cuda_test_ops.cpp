@@ -392,13 +392,19 @@ TEST_CASE("cuda: attention on row blocks", "[cuda]") {
     ops::attention_forward(f.dev, f.s(), out, lse, q, k, v, c.mask, c.q_rows, c.kv_rows);
     cuda::attention_forward(gout.f(), glse.f(), gq.f(), gk.f(), gv.f(), B, NH, qr, kr, hs, causal, f.stream());
     ops::attention_backward(f.dev, f.s(), dq, dk, dv, dout, q, k, v, out, lse, c.mask, c.q_rows, c.kv_rows);
+    // The CPU's forward result, kept (the merge below changes out and lse), and on the GPU as the
+    // input of its backward and merge, so each GPU op is compared on the CPU's inputs.
+    Tensor out_forward = f.random(qs), lse_forward = f.random({B, NH, c.Tq});
+    ops::copy(f.dev, f.s(), out_forward, out);
+    ops::copy(f.dev, f.s(), lse_forward, lse);
     Gpu gout_cpu(out), glse_cpu(lse);
     cuda::attention_backward(gdq.f(), gdk.f(), gdv.f(), gdout.f(), gq.f(), gk.f(), gv.f(), gout_cpu.f(), glse_cpu.f(),
                              B, NH, qr, kr, hs, causal, f.stream());
     ops::attention_merge(f.dev, f.s(), out, lse, out_b, lse_b, c.q_rows);
     cuda::attention_merge(gout_cpu.f(), glse_cpu.f(), gout_b.f(), glse_b.f(), B * NH, qr, hs, f.stream());
     f.finish();
-    expect_close("attention_forward out", gout, out, kReduction);
+    expect_close("attention_forward out", gout, out_forward, kReduction);
+    expect_close("attention_forward lse", glse, lse_forward, kReduction);
     expect_close("attention_backward dq", gdq, dq, kGemm);
     expect_close("attention_backward dk", gdk, dk, kGemm);
     expect_close("attention_backward dv", gdv, dv, kGemm);
