@@ -10,3 +10,19 @@ if(TARGET shardlab-view AND XVFB_RUN)
                    ${CMAKE_BINARY_DIR}/test-viewer/input streams)
   set_tests_properties("${_name}" PROPERTIES TIMEOUT 180 RESOURCE_LOCK xvfb)
 endif()
+
+# Opening what users have (issue 19): directories of trace files under any names, ranks from
+# distributedInfo, the name or the order, files that do not open reported while the rest opens;
+# a PyTorch profiler trace's ruler in time since its first event.
+if(TARGET shardlab-view AND XVFB_RUN)
+  set(_name "viewer: input replay: a directory of rank-R.json.gz, summary.json and broken files opens what it can and reports the rest, and a Kineto ruler starts at 0")
+  add_test(NAME "${_name}"
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_viewer_input.py $<TARGET_FILE:shardlab-view>
+                   ${PROJECT_SOURCE_DIR}/traces/03_bucketed_ddp ${PROJECT_SOURCE_DIR}/traces/02_naive_ddp
+                   ${CMAKE_BINARY_DIR}/test-viewer/input open_files)
+  set_tests_properties("${_name}" PROPERTIES TIMEOUT 180 RESOURCE_LOCK xvfb)
+endif()
+if(TARGET shardlab-view)
+  add_test(NAME "viewer: --help and -h print the usage and every flag, and exit 0"
+           COMMAND sh -c "for h in --help -h; do ${EXPECT_EXIT} 0 '^usage: shardlab-view' --also '--compare PATH' --also '--range T0:T1' --also '--size WxH' --also '--screenshot FILE' --also '--state-out FILE' --also '--replay FILE' --also '-h, --help' -- $<TARGET_FILE:shardlab-view> $h || exit 1; done")
+endif()

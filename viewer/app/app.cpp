@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <map>
 #include <string_view>
 #include <tuple>
@@ -22,7 +23,8 @@ namespace {
 // "[0,1,2,3]"), whitespace dropped; "" when the key is absent. A scan, not a parse: it runs once
 // per collective kernel at load time, and the loader has already checked the JSON.
 std::string raw_arg(std::string_view args, std::string_view key) {
-  const std::string quoted = "\"" + std::string(key) + "\"";
+  std::string quoted = "\"";  // appended: GCC 12 warns falsely (-Wrestrict) on "\"" + std::string
+  quoted.append(key).append("\"");
   size_t i = args.find(quoted);
   if (i == std::string_view::npos) return {};
   i = args.find_first_not_of(" \t\r\n", i + quoted.size());
@@ -167,6 +169,8 @@ double AppState::full_t1() const {
   return t;
 }
 
+double AppState::time_origin() const { return runs.empty() ? 0 : runs[0].model.start_us + runs[0].offset_us; }
+
 void AppState::fit(double t0, double t1) {
   const double margin = std::max(t1 - t0, 1e-3) * 0.02;
   view_t0 = t0 - margin;
@@ -297,6 +301,21 @@ std::string format_time(double us) {
   return buf;
 }
 
+std::string format_absolute(double us) {
+  char buf[96];
+  int n = std::snprintf(buf, sizeof buf, "%.3f us", us);
+  // From 2001 to 2286 in microseconds since 1970: a wall-clock time, not one from a job's start.
+  if (us >= 1e15 && us < 1e16) {
+    const auto seconds = static_cast<std::time_t>(us / 1e6);
+    std::tm utc{};
+    gmtime_r(&seconds, &utc);
+    n += static_cast<int>(std::strftime(buf + n, sizeof buf - static_cast<size_t>(n), " (%Y-%m-%d %H:%M:%S", &utc));
+    std::snprintf(buf + n, sizeof buf - static_cast<size_t>(n), ".%06lld UTC)",
+                  static_cast<long long>(std::fmod(us, 1e6)));
+  }
+  return buf;
+}
+
 // Args come from files: read them without trusting their types.
 static double number(const nlohmann::json& j, const char* key) {
   const auto it = j.find(key);
@@ -317,8 +336,10 @@ void slice_details(const AppState& app, const SliceRef& ref) {
   ImGui::TextUnformatted(run.model.names[s.name].c_str());
   ImGui::TextDisabled("%s  |  rank %d, %s%s", category_name(category), rank.rank, lane.name.c_str(),
                       app.runs.size() > 1 ? (ref.run == 0 ? "  |  run" : "  |  compared run") : "");
-  ImGui::Text("start %s   duration %s   end %s", format_time(s.start_us).c_str(), format_time(dur).c_str(),
-              format_time(s.end_us).c_str());
+  const double since = s.start_us + run.offset_us - app.time_origin();  // as the ruler reads
+  ImGui::Text("at %s   duration %s   end %s", format_time(since).c_str(), format_time(dur).c_str(),
+              format_time(since + dur).c_str());
+  ImGui::TextDisabled("start in the file: %s", format_absolute(s.start_us).c_str());
 
   const std::string& text = run.model.args_json[s.args];
   const nlohmann::json args = nlohmann::json::parse(text, nullptr, false);

@@ -114,6 +114,7 @@ struct AppState {
     float track_x0 = 0, track_width = 0;  // the time axis: x of view_t0 and its width in pixels
     float tracks_top = 0, tracks_bottom = 0;
     std::vector<LaneBox> lanes;  // the visible lanes
+    std::vector<std::string> ruler_ticks;  // the ruler's labels, left to right ("0 us", "500 us")
     std::pair<ImVec2, ImVec2> search_field;                       // the toolbar's search box
     std::array<std::pair<ImVec2, ImVec2>, kCategories> category_boxes;  // its category checkboxes
   } layout;
@@ -122,6 +123,10 @@ struct AppState {
   bool filtering() const;
   double full_t0() const;
   double full_t1() const;
+  // Where the ruler's zero is on the shared axis: the run's first event. The ruler and the
+  // panels give times since then ("12.5 ms"); tooltips and Details add the file's own (epoch
+  // microseconds in a PyTorch profiler trace).
+  double time_origin() const;
   void fit(double t0, double t1);  // shows [t0, t1] with a small margin
   void fit_all() { fit(full_t0(), full_t1()); }
   void update_search();
@@ -162,6 +167,9 @@ struct CompareChange {
 };
 CompareChange compare_change(const CompareRow& row);
 std::string format_time(double us);   // "12.5 ms", "850 ns"
+// A time as the file gives it: "1682725897512345.125 us", with the UTC date and time when it is
+// one (microseconds since 1970, as PyTorch's profiler writes them): "... (2023-04-29 00:31:37.512345 UTC)".
+std::string format_absolute(double us);
 
 // A slice's description: name, times, lane, args, achieved rates; for tooltips and details.
 void slice_details(const AppState& app, const SliceRef& ref);

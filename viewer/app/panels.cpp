@@ -57,7 +57,7 @@ void collective_table(AppState& app, const Collective& c) {
                   p.ref.rank, p.ref.lane, p.ref.slice);
     if (ImGui::Selectable(label, p.ref == app.selected, ImGuiSelectableFlags_SpanAllColumns)) select = p.ref;
     ImGui::TableNextColumn();
-    ImGui::Text("%.3f us", s.start_us + run.offset_us);  // to the nanosecond: the skew is in the digits
+    ImGui::Text("%.3f us", s.start_us + run.offset_us - app.time_origin());  // to the ns: the skew is in the digits
     time_cell(s.end_us - s.start_us);
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(p.wait_us > 0 ? format_time(p.wait_us).c_str() : "-");
@@ -131,7 +131,8 @@ void range_tab(AppState& app) {
     return;
   }
   const auto [t0, t1] = *app.range;
-  ImGui::Text("%s to %s: %s", format_time(t0).c_str(), format_time(t1).c_str(), format_time(t1 - t0).c_str());
+  ImGui::Text("%s to %s: %s", format_time(t0 - app.time_origin()).c_str(), format_time(t1 - app.time_origin()).c_str(),
+              format_time(t1 - t0).c_str());
   // Recomputed only when the range changes: a drag moves it every frame, but a still range
   // should cost nothing on a big trace.
   if (app.range_rows_for != app.range) {
