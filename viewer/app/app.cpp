@@ -103,8 +103,10 @@ void index_collectives(Run& run, int run_index) {
         if (k == kernels.end() || k->key() != probe.key()) continue;
         record_of[slice_key(static_cast<int>(l), i)] = static_cast<uint32_t>(k->collective);
         const CollectiveRecord& rec = tl.collectives[static_cast<size_t>(k->collective)];
-        if (rec.group.empty() || point_to_point(rec.name)) continue;
-        std::string ranks = raw_arg(run.model.args_json[s.args], "Process Group Ranks");
+        // Without its Seq a kernel cannot be told from the group's other collectives.
+        const std::string& args = run.model.args_json[s.args];
+        if (rec.group.empty() || point_to_point(rec.name) || raw_arg(args, "Seq").empty()) continue;
+        std::string ranks = raw_arg(args, "Process Group Ranks");
         const auto next = static_cast<uint32_t>(run.collectives.size());
         const auto [it, fresh] = index.try_emplace({rec.group, ranks, rec.seq}, next);
         if (fresh) run.collectives.push_back({rec.name, rec.group, std::move(ranks), rec.seq, {}});
