@@ -10,6 +10,8 @@
 //     to record one): python_function frames, cudaLaunchKernel / cudaLaunchKernelExC with ac2g
 //     flows, record_param_comms, ncclDevKernel_* and ncclKernel_* kernels with the collective
 //     args, gpu_user_annotation, [memory] for GPU and host (make_kineto_gpu_synthetic.py).
+//   - torch_gloo/: real multi-rank runs (PyTorch 2.15, gloo on the CPU), DDP and FSDP on 2 and 4
+//     ranks, under the profiler's default file names (make_torch_gloo_traces.py).
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -324,5 +326,46 @@ TEST_CASE("kineto: Kineto 2.x GPU spellings (synthetic): NCCL kernels, launches,
     CHECK(steps[0].memcpy_us == Approx(4));
     CHECK(steps[0].comm_us == Approx(r.rank == 0 ? 250 : 210));
     CHECK(steps[0].peak_allocated == 16777216);
+  }
+}
+
+TEST_CASE("kineto: real multi-rank runs (PyTorch 2.15, gloo): DDP and FSDP on 2 and 4 ranks open one rank per file",
+          "[viewer]") {
+  for (const auto& [run, world] : {std::pair{"ddp_2ranks", 2}, {"fsdp_2ranks", 2}, {"ddp_4ranks", 4}, {"fsdp_4ranks", 4}}) {
+    INFO(run);
+    const bool fsdp = std::string(run).starts_with("fsdp");
+    const TraceModel m = load_traces({(kData / "torch_gloo" / run).string()});
+    REQUIRE(m.ranks.size() == static_cast<size_t>(world));
+    CHECK(m.not_opened.empty());
+    CHECK(m.skipped == 0);
+    for (int k = 0; k < world; ++k) {
+      const Rank& r = m.ranks[static_cast<size_t>(k)];
+      INFO("rank " << k << " " << r.file);
+      CHECK(r.rank == k);
+      CHECK(r.rank_from == RankSource::distributed_info);  // the names hold a pid and a time, not the rank
+      CHECK(fs::path(r.file).filename().string().ends_with(".pt.trace.json.gz"));
+      REQUIRE(r.timeline.steps.size() == 3);
+      CHECK(r.timeline.steps[0].step == 2);
+      std::map<std::string, int> ops;
+      bool gloo_thread = false;
+      for (const Lane& l : r.lanes) {
+        check_nested(l);
+        gloo_thread = gloo_thread || l.name.ends_with("(pt_gloo_runloop)");
+        for (const Slice& s : l.slices) ++ops[m.names[s.name]];
+      }
+      CHECK(gloo_thread);
+      if (fsdp) {
+        CHECK(ops["c10d::_allgather_base_"] > 0);
+        CHECK(ops["c10d::_reduce_scatter_base_"] > 0);
+        CHECK(ops["gloo:all_gather"] > 0);
+        CHECK(ops["c10d::allreduce_"] == 0);
+      } else {
+        CHECK(ops["c10d::allreduce_"] > 0);
+        CHECK(ops["gloo:all_reduce"] > 0);
+        CHECK(ops["c10d::_allgather_base_"] == 0);
+      }
+      REQUIRE(r.counters.size() == 1);  // host memory
+      CHECK(r.counters[0].name == "CPU memory allocated");
+    }
   }
 }
