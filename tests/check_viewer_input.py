@@ -46,6 +46,14 @@ what got loaded, which error is shown. Each scenario is one ctest entry:
             while the rest opens; a PyTorch profiler trace's ruler reads time since its first
             event ("0 us", ...), --range counts from there, and its Details give the file's time
 
+  compare_ops  the Compare tab's operations: on chapter 02 against 03 the communication rows'
+            time and exposed time add up to each run's summary.json comm and exposed comm per step
+            (the metrics library's figures), rows come largest |difference| first, and a click on
+            a row outlines that operation's slices and fits the view to its first one; on the
+            PyTorch DDP against FSDP recordings (tests/data/torch_gloo) the collectives each
+            strategy issues are rows of their own (c10d::allreduce_ in DDP only, all-gather and
+            reduce-scatter in FSDP only)
+
 Coordinates come from the layout the viewer reports for its first frames: the script is written
 in window pixels, as a user's pointer would move.
 """
@@ -922,6 +930,47 @@ def scenario_open_files(v, run_dir, _other):
     check((clicked["selected"] or {}).get("name") == step["name"] and
           close(clicked["selected"]["start_us"] - clicked["time_origin_us"], step["ts"] - first, 1e-3),
           f"a click on {step['name']} selects it at {step['ts'] - first:.3f} us since the first event: {clicked['selected']}")
+
+
+def scenario_compare_ops(v, run_dir, other_dir):
+    # RUN_DIR is chapter 03 (bucketed), OTHER_RUN_DIR chapter 02 (naive): naive as the run.
+    st = v.replay("", [other_dir], ["--compare", run_dir])
+    rows = st["compare_operations"]
+    diffs = [abs(r["time_us"][1] - r["time_us"][0]) for r in rows]
+    check(len(rows) > 10 and diffs == sorted(diffs, reverse=True), f"{len(rows)} operations, largest |difference| first")
+    for side, d in enumerate([other_dir, run_dir]):
+        comm = [r for r in rows if r["communication"]]
+        time = sum(r["time_us"][side] for r in comm)
+        exposed = sum(r["exposed_us"][side] for r in comm)
+        want_comm, want_exposed = summary_average(d, "comm_us"), summary_average(d, "exposed_comm_us")
+        check(close(time, want_comm, 1e-2) and close(exposed, want_exposed, 1e-2),
+              f"{os.path.basename(d)}: communication rows add up to {time:.3f} us, {exposed:.3f} exposed; "
+              f"summary.json: comm {want_comm:.3f}, exposed {want_exposed:.3f} per step")
+    kinds = {r["kind"] for r in rows}
+    check({"collective", "kernel", "runtime", "cpu op"} <= kinds, f"operations of every kind: {sorted(kinds)}")
+    # A click on the first row: its slices outlined in both runs, the view on its first slice.
+    box = st["layout"]["operation_rows"][0]
+    x, y = centre(box["rect"])
+    shot = os.path.join(v.out, "compare_ops_clicked.png")
+    after = v.replay(f"click {x} {y}\nwait 2\nscreenshot {shot}\n", [other_dir], ["--compare", run_dir])
+    first = after["highlighted_first"] or {}
+    check(after["highlighted_op"] == box["key"] and first, f"the click highlights {box['key']}: {after['highlighted_op']}")
+    if first:
+        want = fitted(first["start_us"], first["end_us"])
+        view_is(after, want[0], want[1], f"the view fits its first slice ({first['name']})")
+    outlined = track_pixels(shot, after, (255, 230, 0), 10)
+    check(outlined > 20, f"its slices are outlined in the timeline: {outlined} px")
+
+    # PyTorch's DDP against FSDP (gloo on the CPU): each strategy's collectives are rows.
+    gloo = os.path.join(DATA, "torch_gloo")
+    st = v.replay("", [os.path.join(gloo, "ddp_2ranks")], ["--compare", os.path.join(gloo, "fsdp_2ranks")])
+    by_label = {r["label"]: r for r in st["compare_operations"]}
+    ddp_only, fsdp_only = by_label.get("c10d::allreduce_"), by_label.get("c10d::_allgather_base_")
+    check(ddp_only and ddp_only["count"][0] > 0 and ddp_only["count"][1] == 0,
+          f"DDP's all-reduce is in the run only: {ddp_only}")
+    check(fsdp_only and fsdp_only["count"][0] == 0 and fsdp_only["count"][1] > 0,
+          f"FSDP's all-gather is in the compared run only: {fsdp_only}")
+    check("c10d::_reduce_scatter_base_" in by_label, "FSDP's reduce-scatter is a row")
 
 
 def main():

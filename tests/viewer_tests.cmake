@@ -26,3 +26,15 @@ if(TARGET shardlab-view)
   add_test(NAME "viewer: --help and -h print the usage and every flag, and exit 0"
            COMMAND sh -c "for h in --help -h; do ${EXPECT_EXIT} 0 '^usage: shardlab-view' --also '--compare PATH' --also '--range T0:T1' --also '--size WxH' --also '--screenshot FILE' --also '--state-out FILE' --also '--replay FILE' --also '-h, --help' -- $<TARGET_FILE:shardlab-view> $h || exit 1; done")
 endif()
+
+# The Compare tab's operations (issue 19): chapter 02 against 03 (the rows add up to the
+# summaries' comm and exposed comm), a click outlines an operation and fits it, and PyTorch's
+# DDP against FSDP recordings (tests/data/torch_gloo).
+if(TARGET shardlab-view AND XVFB_RUN)
+  set(_name "viewer: input replay: the Compare tab's operations add up to the summaries, a click outlines one and fits it, DDP against FSDP")
+  add_test(NAME "${_name}"
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_viewer_input.py $<TARGET_FILE:shardlab-view>
+                   ${PROJECT_SOURCE_DIR}/traces/03_bucketed_ddp ${PROJECT_SOURCE_DIR}/traces/02_naive_ddp
+                   ${CMAKE_BINARY_DIR}/test-viewer/input compare_ops)
+  set_tests_properties("${_name}" PROPERTIES TIMEOUT 180 RESOURCE_LOCK xvfb)
+endif()

@@ -152,11 +152,42 @@ Run make_run(std::string label, TraceModel model, int run_index) {
     }
   }
   index_collectives(run, run_index);
+  run.operations = index_operations(run);
   return run;
 }
 
+const CollectiveRecord* collective_record(const Run& run, int rank, int lane, uint32_t slice) {
+  const uint32_t* i = find_slice(run.record_of, {0, rank, lane, slice});
+  return i ? &run.model.ranks[static_cast<size_t>(rank)].timeline.collectives[*i] : nullptr;
+}
+
 bool AppState::filtering() const {
-  return searching() || std::find(show_category.begin(), show_category.end(), false) != show_category.end();
+  return searching() || highlighting() ||
+         std::find(show_category.begin(), show_category.end(), false) != show_category.end();
+}
+
+bool AppState::in_highlighted_op(int run, int rank, int lane, uint32_t slice) const {
+  const RunOperations& ops = runs[static_cast<size_t>(run)].operations;
+  const uint32_t id = ops.of_slice[static_cast<size_t>(rank)][static_cast<size_t>(lane)][slice];
+  return id != RunOperations::kNone && ops.ops[id].key == highlighted_op;
+}
+
+SliceRef AppState::highlighted_first() const {
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const auto it = runs[r].operations.by_key.find(highlighted_op);
+    if (it == runs[r].operations.by_key.end()) continue;
+    const SlicePlace& first = runs[r].operations.ops[it->second].first;
+    if (first.rank >= 0) return {static_cast<int>(r), first.rank, first.lane, first.slice};
+  }
+  return {};
+}
+
+void AppState::highlight_op(const std::string& key) {
+  highlighted_op = key;
+  if (const Slice* s = slice(highlighted_first())) {
+    const double offset = runs[static_cast<size_t>(highlighted_first().run)].offset_us;
+    fit(s->start_us + offset, s->end_us + offset);
+  }
 }
 
 double AppState::full_t0() const {
@@ -185,6 +216,7 @@ void AppState::set_runs(std::vector<Run> loaded) {
   range.reset();
   range_rows_for.reset();
   range_rows.clear();
+  highlighted_op.clear();
   layout = {};
   update_search();
   align_runs();
@@ -241,9 +273,7 @@ const Collective* AppState::collective(const SliceRef& r) const {
 
 const CollectiveRecord* AppState::collective_record(const SliceRef& r) const {
   if (!r.valid()) return nullptr;
-  const Run& run = runs[static_cast<size_t>(r.run)];
-  const uint32_t* i = find_slice(run.record_of, r);
-  return i ? &run.model.ranks[static_cast<size_t>(r.rank)].timeline.collectives[*i] : nullptr;
+  return shardlab::viewer::app::collective_record(runs[static_cast<size_t>(r.run)], r.rank, r.lane, r.slice);
 }
 
 ViewCategory view_category(const Run& run, const Slice& s) {

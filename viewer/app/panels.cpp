@@ -3,6 +3,7 @@
 #include "panels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace shardlab::viewer::app {
@@ -156,11 +157,7 @@ void range_tab(AppState& app) {
   ImGui::EndTable();
 }
 
-void compare_tab(const AppState& app) {
-  if (app.runs.size() < 2) {
-    ImGui::TextDisabled("Start with --compare PATH to put a second run below this one.");
-    return;
-  }
+void metrics_table(const AppState& app) {
   if (!ImGui::BeginTable("compare", 5, kTableFlags)) return;
   headers({"per step, averaged over ranks", "run", "compared", "difference", "change"});
   for (const CompareRow& row : compare_rows(app)) {
@@ -182,6 +179,64 @@ void compare_tab(const AppState& app) {
     }
   }
   ImGui::EndTable();
+}
+
+// "12 -> 8" per step (counts are averages: fractions where ops run in some steps only).
+std::string count_text(const OperationRow& row) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%.4g -> %.4g", row.count[0], row.count[1]);
+  return text;
+}
+
+// Operation by operation, the largest difference in time first; a click outlines the
+// operation's slices in both runs and shows its first one.
+void operations_table(AppState& app) {
+  const std::vector<OperationRow> rows = operation_rows(app);
+  app.layout.operation_rows.clear();
+  if (!ImGui::BeginTable("operations", 8, kTableFlags)) return;
+  headers({"operation, per step", "kind", "count", "time: run", "compared", "difference", "exposed: run", "compared"});
+  std::string clicked;
+  for (const OperationRow& row : rows) {
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    const std::string label = row.label + "##" + row.key;
+    if (ImGui::Selectable(label.c_str(), row.key == app.highlighted_op, ImGuiSelectableFlags_SpanAllColumns))
+      clicked = row.key;
+    if (ImGui::IsItemVisible()) app.layout.operation_rows.push_back({row.key, {ImGui::GetItemRectMin(), ImGui::GetItemRectMax()}});
+    ImGui::TableNextColumn();
+    ImGui::TextDisabled("%s", row.kind.c_str());
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(count_text(row).c_str());
+    time_cell(row.time_us[0]);
+    time_cell(row.time_us[1]);
+    ImGui::TableNextColumn();
+    const double diff = row.difference_us();
+    if (std::abs(diff) < 1e-3) ImGui::TextDisabled("same");
+    else ImGui::TextColored(diff < 0 ? kBetter : kWorse, "%s%s", diff > 0 ? "+" : "", format_time(diff).c_str());
+    for (double exposed : row.exposed_us) {
+      ImGui::TableNextColumn();
+      if (row.communication) ImGui::TextUnformatted(format_time(exposed).c_str());
+      else ImGui::TextDisabled("-");
+    }
+  }
+  ImGui::EndTable();
+  if (!clicked.empty()) app.highlight_op(clicked == app.highlighted_op ? std::string() : clicked);
+}
+
+// The two runs side by side: the per-step metrics, and operation by operation.
+void compare_tab(AppState& app) {
+  if (app.runs.size() < 2) {
+    ImGui::TextDisabled("Start with --compare PATH to put a second run below this one.");
+    return;
+  }
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  ImGui::BeginChild("metrics", {std::min(avail.x * 0.36f, 560.f), 0});
+  metrics_table(app);
+  ImGui::EndChild();
+  ImGui::SameLine();
+  ImGui::BeginChild("operations");
+  operations_table(app);
+  ImGui::EndChild();
 }
 
 }  // namespace

@@ -554,6 +554,17 @@ nlohmann::json Viewer::state() const {
                        {"change", change.text},
                        {"verdict", verdict_name(change.verdict)}});
   }
+  json operations = json::array(), operation_boxes = json::array();
+  for (const OperationRow& row : operation_rows(app))
+    operations.push_back({{"key", row.key},
+                          {"kind", row.kind},
+                          {"label", row.label},
+                          {"communication", row.communication},
+                          {"count", row.count},
+                          {"time_us", row.time_us},
+                          {"exposed_us", row.exposed_us}});
+  for (const AppState::Layout::OperationBox& b : app.layout.operation_rows)
+    operation_boxes.push_back({{"key", b.key}, {"rect", rect(b.rect)}});
   json shown = json::object(), boxes = json::object();
   for (int c = 0; c < kCategories; ++c) {
     shown[category_name(static_cast<ViewCategory>(c))] = app.show_category[static_cast<size_t>(c)];
@@ -580,6 +591,9 @@ nlohmann::json Viewer::state() const {
           {"search_matches", app.match_count},
           {"align_step", app.align_step},
           {"compare_rows", compare},
+          {"compare_operations", operations},
+          {"highlighted_op", app.highlighted_op},
+          {"highlighted_first", slice_json(app, app.highlighted_first())},
           {"show_category", shown},
           {"layout",
            {{"track_x0", app.layout.track_x0},
@@ -589,6 +603,7 @@ nlohmann::json Viewer::state() const {
             {"ruler_ticks", app.layout.ruler_ticks},
             {"search_field", rect(app.layout.search_field)},
             {"category_boxes", boxes},
+            {"operation_rows", operation_boxes},
             {"path_field", rect(path_rect_)},
             {"open_button", rect(open_rect_)},
             {"compare_button", rect(compare_rect_)},
