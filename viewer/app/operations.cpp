@@ -62,6 +62,14 @@ RunOperations index_operations(const Run& run) {
     const RankTimeline& tl = rank.timeline;
     windows += tl.steps.size();
     const auto hiding = compute_union(tl);
+    // Step windows by time; when none overlaps another (as ProfilerSteps follow each other) their
+    // ends are in order too and a slice's windows are found by one search, else by a scan.
+    std::vector<StepWindow> windows_by_time = tl.steps;
+    std::sort(windows_by_time.begin(), windows_by_time.end(),
+              [](const StepWindow& a, const StepWindow& b) { return a.start_us < b.start_us; });
+    bool in_time_order = true;
+    for (size_t k = 1; k < windows_by_time.size(); ++k)
+      in_time_order = in_time_order && windows_by_time[k - 1].end_us <= windows_by_time[k].start_us;
     auto& lanes = out.of_slice.emplace_back();
     for (size_t l = 0; l < rank.lanes.size(); ++l) {
       const Lane& lane = rank.lanes[l];
@@ -91,7 +99,12 @@ RunOperations index_operations(const Run& run) {
         // Its part of each step window it overlaps (counted in the one it starts in).
         Sums& sum = sums[id];
         Operation& op = out.ops[id];
-        for (const StepWindow& w : tl.steps) {
+        // The windows it overlaps: from the first one ending after its start (one search).
+        const auto from = in_time_order ? std::partition_point(windows_by_time.begin(), windows_by_time.end(),
+                                                               [&](const StepWindow& w) { return w.end_us <= s.start_us; })
+                                        : windows_by_time.begin();
+        for (auto w_it = from; w_it != windows_by_time.end() && (w_it->start_us < s.end_us || !in_time_order); ++w_it) {
+          const StepWindow& w = *w_it;
           if (s.end_us <= w.start_us || s.start_us >= w.end_us) continue;
           const double time = std::min(s.end_us, w.end_us) - std::max(s.start_us, w.start_us);
           sum.time_us += time;
