@@ -38,3 +38,13 @@ if(TARGET shardlab-view AND XVFB_RUN)
                    ${CMAKE_BINARY_DIR}/test-viewer/input compare_ops)
   set_tests_properties("${_name}" PROPERTIES TIMEOUT 180 RESOURCE_LOCK xvfb)
 endif()
+
+# The README's picture of PyTorch's DDP against FSDP: its caption's command, rerun as written.
+if(TARGET shardlab-view AND XVFB_RUN)
+  set(_name "viewer: the README screenshot command of PyTorch's DDP against FSDP works")
+  add_test(NAME "${_name}"
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_readme_screenshot.py $<TARGET_FILE:shardlab-view>
+                   ${PROJECT_SOURCE_DIR}/README.md ${CMAKE_BINARY_DIR}/test-viewer/readme/pytorch_ddp_fsdp.png
+                   viewer/pytorch_ddp_fsdp.png --cpu-trace)
+  set_tests_properties("${_name}" PROPERTIES TIMEOUT 120 RESOURCE_LOCK xvfb)
+endif()

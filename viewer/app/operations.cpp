@@ -79,6 +79,7 @@ RunOperations index_operations(const Run& run) {
         const std::string& name = model.names[s.name];
         if (s.category == Category::annotation && name.starts_with("ProfilerStep#")) continue;  // the steps themselves
         const ViewCategory view = view_category(run, s);
+        if (view == ViewCategory::other) continue;  // the profiler's own spans, unknown categories
         const bool communication = view == ViewCategory::comm || view == ViewCategory::comm_wait;
         uint32_t id = RunOperations::kNone;
         // A collective by its kind and size, as its record in the timeline gives them.

@@ -172,7 +172,7 @@ void range_tab(AppState& app) {
 
 void metrics_table(const AppState& app) {
   if (!ImGui::BeginTable("compare", 5, kTableFlags)) return;
-  headers({"per step, averaged over ranks", "run", "compared", "difference", "change"});
+  headers({"per step, rank average", "run", "compared", "difference", "change"});
   for (const CompareRow& row : compare_rows(app)) {
     auto fmt = [&](double v) { return row.bytes ? human_bytes(v) : format_time(v); };
     ImGui::TableNextRow();
