@@ -54,6 +54,10 @@ what got loaded, which error is shown. Each scenario is one ctest entry:
             strategy issues are rows of their own (c10d::allreduce_ in DDP only, all-gather and
             reduce-scatter in FSDP only)
 
+  kineto_gpu  Kineto 2.x's GPU spellings (tests/data/kineto_gpu_synthetic, synthetic): a click on
+            rank 0's ncclDevKernel_AllReduce links it to rank 1's (same process group and Seq)
+            with the bytes its args give, and the ruler reads time since the first event
+
 Coordinates come from the layout the viewer reports for its first frames: the script is written
 in window pixels, as a user's pointer would move.
 """
@@ -971,6 +975,31 @@ def scenario_compare_ops(v, run_dir, other_dir):
     check(fsdp_only and fsdp_only["count"][0] == 0 and fsdp_only["count"][1] > 0,
           f"FSDP's all-gather is in the compared run only: {fsdp_only}")
     check("c10d::_reduce_scatter_base_" in by_label, "FSDP's reduce-scatter is a row")
+
+
+def scenario_kineto_gpu(v, _run_dir, _other):
+    run = os.path.join(DATA, "kineto_gpu_synthetic")
+    files = {}
+    for name in sorted(os.listdir(run)):
+        with open(os.path.join(run, name)) as f:
+            trace = json.load(f)
+        files[trace["distributedInfo"]["rank"]] = trace["traceEvents"]
+    first = min(e["ts"] for evs in files.values() for e in evs if e.get("ph") == "X")
+    k = next(e for e in files[0] if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel_AllReduce"))
+    rng = ["--range", f"{k['ts'] - first - k['dur']}:{k['ts'] - first + 2 * k['dur']}"]
+    s0 = v.replay("", [run], rng)
+    check(s0["layout"]["ruler_ticks"][0].endswith(" us") and not s0["layout"]["ruler_ticks"][0].startswith("17"),
+          f"the ruler reads time since the first event, not since 1970: {s0['layout']['ruler_ticks'][:3]}")
+    st = v.replay(f"click {px(x_at(s0, k['ts'] + k['dur'] / 2))} {row_y(lane(s0, 0, k['tid']), 1)}\nwait\n", [run], rng)
+    sel = st["selected"] or {}
+    check(sel.get("name") == k["name"], f"the click selects {k['name']}: {sel.get('name')}")
+    peers = {p["rank"]: p for p in st["collective_peers"]}
+    other = next(e for e in files[1] if e.get("name") == k["name"])
+    check(sorted(peers) == [0, 1] and close(peers[1]["start_us"], other["ts"], 1e-3),
+          f"linked to rank 1's kernel at {other['ts']}: {[(r, p['start_us']) for r, p in peers.items()]}")
+    metrics = sel.get("collective_metrics") or {}
+    check(metrics.get("bytes") == k["args"]["In msg nelems"] * 4 and metrics.get("link_tier") == "unknown",
+          f"its bytes from In msg nelems x Float, no link named: {metrics}")
 
 
 def main():

@@ -48,3 +48,14 @@ if(TARGET shardlab-view AND XVFB_RUN)
                    viewer/pytorch_ddp_fsdp.png --cpu-trace)
   set_tests_properties("${_name}" PROPERTIES TIMEOUT 120 RESOURCE_LOCK xvfb)
 endif()
+
+# Kineto 2.x's GPU spellings (tests/data/kineto_gpu_synthetic, synthetic): an NCCL kernel linked
+# across ranks by its process group and Seq, its bytes from its args.
+if(TARGET shardlab-view AND XVFB_RUN)
+  set(_name "viewer: input replay: a Kineto 2.x ncclDevKernel links across ranks by group and Seq with its bytes")
+  add_test(NAME "${_name}"
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_viewer_input.py $<TARGET_FILE:shardlab-view>
+                   ${PROJECT_SOURCE_DIR}/traces/03_bucketed_ddp ${PROJECT_SOURCE_DIR}/traces/02_naive_ddp
+                   ${CMAKE_BINARY_DIR}/test-viewer/input kineto_gpu)
+  set_tests_properties("${_name}" PROPERTIES TIMEOUT 180 RESOURCE_LOCK xvfb)
+endif()

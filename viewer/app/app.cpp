@@ -427,7 +427,7 @@ void slice_details(const AppState& app, const SliceRef& ref) {
           const Slice& ps = *app.slice(p);
           ImGui::TextDisabled("correlation %llu -> %s on %s at %s", static_cast<unsigned long long>(s.correlation),
                               run.model.names[ps.name].c_str(), rank.lanes[p.lane].name.c_str(),
-                              format_time(ps.start_us).c_str());
+                              format_time(ps.start_us + run.offset_us - app.time_origin()).c_str());
         }
   }
 }
