@@ -4,8 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "test_files.h"
-
-#include <zlib.h>
+#include "viewer_files.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -30,19 +29,6 @@ namespace {
 
 const fs::path kTraces = fs::path(SHARDLAB_SOURCE_DIR) / "traces";
 const char* const kRuns[] = {"00_streams_events", "01_ring_allreduce", "02_naive_ddp", "03_bucketed_ddp", "04_fsdp"};
-
-
-void write_text(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary);
-  out << text;
-}
-
-void write_gz(const fs::path& p, const std::string& text) {
-  gzFile f = gzopen(p.string().c_str(), "wb");
-  REQUIRE(f != nullptr);
-  REQUIRE(gzwrite(f, text.data(), static_cast<unsigned>(text.size())) == static_cast<int>(text.size()));
-  REQUIRE(gzclose(f) == Z_OK);
-}
 
 // "r3.json.gz": appended piecewise, since GCC 12 warns (-Wrestrict, a false positive) on
 // "r" + std::string.

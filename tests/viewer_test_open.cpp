@@ -4,8 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "test_files.h"
-
-#include <zlib.h>
+#include "viewer_files.h"
 
 #include <filesystem>
 #include <map>
@@ -18,18 +17,6 @@ using namespace shardlab::viewer;
 namespace fs = std::filesystem;
 
 namespace {
-
-void write_text(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary);
-  out << text;
-}
-
-void write_gz(const fs::path& p, const std::string& text) {
-  gzFile f = gzopen(p.string().c_str(), "wb");
-  REQUIRE(f != nullptr);
-  REQUIRE(gzwrite(f, text.data(), static_cast<unsigned>(text.size())) == static_cast<int>(text.size()));
-  REQUIRE(gzclose(f) == Z_OK);
-}
 
 // A one-kernel trace whose kernel is named after the file, so a test can tell which file became
 // which rank; with distributedInfo.rank when rank >= 0.
