@@ -3,6 +3,7 @@
 //
 //   xvfb-run -a -s "-screen 0 1920x1080x24" build/tests/bench_viewer_frame [events] [frames] [ranks]
 //
+// A 1 GB directory of Kineto traces: bench_viewer_frame 5700000 120 8 (about 175 bytes an event).
 // Defaults: 1,000,000 events, 120 frames per view, 1 rank (every event in the 4 lanes on screen:
 // the hardest case; with 8 ranks most lanes are scrolled out of view). Writes the trace that
 // bench_viewer_load writes (tests/synthetic_trace.h), loads it with load_traces, builds the
@@ -55,6 +56,8 @@ size_t index_footprint(const Run& run) {
     for (const DepthIndex& d : lanes)
       for (const DepthRow& row : d)
         bytes += sizeof row + row.slices.capacity() * sizeof(uint32_t) + row.busy_us.capacity() * sizeof(double);
+  for (const auto& lanes : run.operations.of_slice)
+    for (const auto& of : lanes) bytes += of.capacity() * sizeof(uint32_t);
   for (const auto& corr : run.by_correlation) {
     bytes += corr.bucket_count() * sizeof(void*);
     for (const auto& [id, refs] : corr)
@@ -133,7 +136,7 @@ int main(int argc, char** argv) {
   fs::create_directories(dir);
   size_t written = 0;
   for (int r = 0; r < ranks; ++r)
-    written += write_rank(dir / ("rank" + std::to_string(r) + ".json"), r, events / static_cast<size_t>(ranks));
+    written += write_rank(dir / synthetic::kineto_file_name(r), r, events / static_cast<size_t>(ranks));
 
   const auto [rss0, peak0] = rss();
   const auto t_load = Clock::now();
@@ -141,12 +144,15 @@ int main(int argc, char** argv) {
   const double load_s = std::chrono::duration<double>(Clock::now() - t_load).count();
   const size_t model_bytes = footprint(model), slices = model.events;
   std::vector<Run> runs;
+  const auto t_index = Clock::now();
   runs.push_back(make_run(dir.string(), std::move(model), 0));
+  const double index_s = std::chrono::duration<double>(Clock::now() - t_index).count();
   const auto [rss1, peak1] = rss();
   const size_t index_bytes = index_footprint(runs[0]);
   fs::remove_all(dir);
 
-  std::printf("%zu events written (%zu slices) on %d rank(s), loaded in %.2f s\n", written, slices, ranks, load_s);
+  std::printf("%zu events written (%zu slices) on %d rank(s), loaded in %.2f s, indexed for the view in %.2f s\n",
+              written, slices, ranks, load_s, index_s);
   const double per = static_cast<double>(written);
   std::printf("memory per event: model %.1f B + view indices %.1f B = %.1f B; process RSS growth %.1f B "
               "(%.0f MB), peak RSS growth %.1f B\n",

@@ -1,11 +1,13 @@
 // bench_viewer_load: how fast the viewer loads a million-event trace, and what it keeps per event.
 //
 //   build/tests/bench_viewer_load [events]      (default 1,000,000)
+//   build/tests/bench_viewer_load --gb 1        a 1 GB directory of 8 ranks
 //
-// Writes two runs of synthetic shardlab-style traces to /tmp and times load_traces on each:
-// 8 ranks x events/8 (a typical multi-rank run: files load in parallel, one thread each up
-// to the hardware's threads) and 1 rank x events (one file, cut into chunks that parse on every
-// core); the trace is tests/synthetic_trace.h's. Events are counted as written (M metadata
+// Writes runs of synthetic Kineto-style traces to /tmp (tests/synthetic_trace.h's, one file per
+// rank under PyTorch's default names) and times load_traces on each: 8 ranks x events/8 (a
+// typical multi-rank run: files load in parallel, one thread each up to the hardware's threads)
+// and 1 rank x events (one file, cut into chunks that parse on every core); with --gb, 8 ranks
+// of that many gigabytes in all, about 175 bytes an event. Events are counted as written (M metadata
 // excluded). Wall time gives the figures (MB/s, events/s); the CPU time of all threads beside it,
 // and the load average, tell what other work on a shared machine did to them.
 #include <sys/resource.h>
@@ -45,7 +47,7 @@ void bench(const char* label, int ranks, size_t events) {
   fs::create_directories(dir);
   size_t written = 0, bytes = 0;
   for (int r = 0; r < ranks; ++r) {
-    const fs::path p = dir / ("rank" + std::to_string(r) + ".json");
+    const fs::path p = dir / synthetic::kineto_file_name(r);
     written += write_rank(p, r, events / static_cast<size_t>(ranks));
     bytes += static_cast<size_t>(fs::file_size(p));
   }
@@ -71,11 +73,14 @@ void bench(const char* label, int ranks, size_t events) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const size_t events = argc > 1 ? std::stoul(argv[1]) : 1000000;
+  const bool gigabytes = argc > 2 && std::string(argv[1]) == "--gb";
+  const size_t events = gigabytes ? static_cast<size_t>(std::stod(argv[2]) * 1e9 / 175)
+                        : argc > 1 ? std::stoul(argv[1])
+                                   : 1000000;
   double load[1] = {0};
   getloadavg(load, 1);
   std::printf("load_traces, best of 3, %u hardware threads, load average %.2f\n", std::thread::hardware_concurrency(),
               load[0]);
   bench("8 ranks", 8, events);
-  bench("1 rank", 1, events);
+  if (!gigabytes) bench("1 rank", 1, events);
 }

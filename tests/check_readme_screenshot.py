@@ -1,18 +1,20 @@
 #!/usr/bin/env python3
-"""check_readme_screenshot.py VIEWER README.md OUT.png
+"""check_readme_screenshot.py VIEWER README.md OUT.png [PICTURE [--cpu-trace]]
 
-A chapter README shows a viewer screenshot, `![...](viewer.png)`, with the command that made it
-in italics right under it:
+A README shows a viewer screenshot, `![...](PICTURE)` (a chapter's: viewer.png, the default),
+with the command that made it in italics right under it:
 
     *`xvfb-run -a build/viewer/shardlab-view traces/... --range T0:T1 --size WxH
     --screenshot chapters/<chapter>/viewer.png` (from the repository root...): what to look at.*
 
-This reruns that command as written, from the repository root (two levels above the README),
-with VIEWER in place of build/viewer/shardlab-view and OUT.png in place of the README's picture,
-and checks the result as check_screenshot.py does: the size --size asks for, not blank, the
-compute-blue and comm-orange lane colours. So the README's command stays valid: a flag renamed,
-a trace moved or a viewer that draws nothing fails here. It also checks that the command writes
-the picture the README shows (chapters/<chapter>/viewer.png, at that size).
+This reruns that command as written, from the repository root (the README's directory or the
+first above it holding traces/), with VIEWER in place of build/viewer/shardlab-view and OUT.png
+in place of the README's picture, and checks the result as check_screenshot.py does: the size
+--size asks for, not blank, the compute-blue and comm-orange lane colours (the colours of the
+work the picture shows: a CPU-only PyTorch trace has no kernels, so there it is the CPU ops'
+grey and the annotations' purple). So the README's command stays valid: a flag renamed, a trace
+moved or a viewer that draws nothing fails here (--cpu-trace: the picture is of a CPU-only run). It also checks that the command writes the
+picture the README shows (at that size).
 """
 import os
 import re
@@ -21,28 +23,39 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_screenshot import picture_problem, read_png  # noqa: E402
+from check_screenshot import CPU_LANES, GPU_LANES, picture_problem, read_png  # noqa: E402
 
 
 def fail(message):
     sys.exit(f"FAIL  {message}")
 
 
-def readme_command(readme):
+def readme_command(readme, picture):
     text = open(readme, encoding="utf-8").read()
-    m = re.search(r"!\[[^\]]*\]\(viewer\.png\)\s*\n\s*\*`([^`]*)`", text)
+    m = re.search(r"!\[[^\]]*\]\(" + re.escape(picture) + r"\)\s*\n\s*\*`([^`]*)`", text)
     if not m:
-        fail(f"{readme}: no ![...](viewer.png) with its command in italics under it")
+        fail(f"{readme}: no ![...]({picture}) with its command in italics under it")
     return shlex.split(" ".join(m.group(1).split()))
+
+
+def repository_root(readme_dir):
+    d = readme_dir
+    while not os.path.isdir(os.path.join(d, "traces")):
+        if os.path.dirname(d) == d:
+            fail(f"no repository root (a directory holding traces/) above {readme_dir}")
+        d = os.path.dirname(d)
+    return d
 
 
 def main():
     viewer, readme, out = sys.argv[1:4]
+    shown = sys.argv[4] if len(sys.argv) > 4 else "viewer.png"
+    lanes = CPU_LANES if "--cpu-trace" in sys.argv[5:] else GPU_LANES
     readme = os.path.abspath(readme)
-    chapter_dir = os.path.dirname(readme)
-    root = os.path.dirname(os.path.dirname(chapter_dir))
-    picture = os.path.relpath(os.path.join(chapter_dir, "viewer.png"), root)
-    args = readme_command(readme)
+    readme_dir = os.path.dirname(readme)
+    root = repository_root(readme_dir)
+    picture = os.path.relpath(os.path.join(readme_dir, shown), root)
+    args = readme_command(readme, shown)
     print("README: " + " ".join(args))
     if args[:3] != ["xvfb-run", "-a", "build/viewer/shardlab-view"]:
         fail(f"the command should start with `xvfb-run -a build/viewer/shardlab-view`: {args[:3]}")
@@ -72,7 +85,7 @@ def main():
         fail(f"no screenshot at {out}")
 
     # The checks of check_screenshot.py, at the README's size.
-    problem = picture_problem(out, width, height)
+    problem = picture_problem(out, width, height, lanes)
     if problem:
         fail(problem)
     same = open(out, "rb").read() == open(os.path.join(root, picture), "rb").read()

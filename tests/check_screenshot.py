@@ -14,6 +14,8 @@ import zlib
 WIDTH, HEIGHT = 1280, 720
 COMPUTE_BLUE = (66, 133, 244)  # viewer/app/app.cpp category_color
 COMM_ORANGE = (245, 140, 30)
+CPU_OP_GREY = (200, 200, 200)
+ANNOTATION_PURPLE = (150, 100, 210)
 
 
 def read_png(path):
@@ -58,9 +60,15 @@ def read_png(path):
     return width, height, rows
 
 
-def picture_problem(path, want_width, want_height):
+# What a GPU run's picture must show: compute and communication kernels. A CPU-only run (PyTorch
+# on gloo, no kernels) shows CPU ops and annotations instead.
+GPU_LANES = (("compute-blue", COMPUTE_BLUE, 2000), ("comm-orange", COMM_ORANGE, 500))
+CPU_LANES = (("cpu-op grey", CPU_OP_GREY, 2000), ("annotation purple", ANNOTATION_PURPLE, 2000))
+
+
+def picture_problem(path, want_width, want_height, lanes=GPU_LANES):
     """What is wrong with a viewer screenshot (None when nothing): its size, a blank picture, too
-    few pixels of the compute and communication colours."""
+    few pixels of the lanes' colours."""
     width, height, rows = read_png(path)
     if (width, height) != (want_width, want_height):
         return f"screenshot is {width}x{height}, expected {want_width}x{want_height}"
@@ -75,12 +83,11 @@ def picture_problem(path, want_width, want_height):
     def near(target, tolerance=24):
         return sum(n for px, n in counts.items() if all(abs(p - t) <= tolerance for p, t in zip(px, target)))
 
-    blue, orange = near(COMPUTE_BLUE), near(COMM_ORANGE)
-    print(f"compute-blue pixels: {blue}, comm-orange pixels: {orange}")
-    if blue < 2000:
-        return "too few compute-blue pixels: are the compute lanes drawn?"
-    if orange < 500:
-        return "too few comm-orange pixels: are the communication slices drawn?"
+    for name, colour, least in lanes:
+        n = near(colour)
+        print(f"{name} pixels: {n}")
+        if n < least:
+            return f"too few {name} pixels: are those slices drawn?"
     return None
 
 

@@ -39,6 +39,25 @@ what got loaded, which error is shown. Each scenario is one ctest entry:
             many as the trace files hold; unticking "comm" hides every communication slice (no
             orange left in the picture), ticking it again brings them back
 
+  open_files  what users have: a directory of rank files named rank-0.json.gz ... (no
+            distributedInfo) opens one rank per file, ranked by the number in the name; beside
+            them summary.json is skipped as not a trace, and a truncated file and a second file
+            claiming rank 2 are each reported, in the window and (with --screenshot) on stderr,
+            while the rest opens; a PyTorch profiler trace's ruler reads time since its first
+            event ("0 us", ...), --range counts from there, and its Details give the file's time
+
+  compare_ops  the Compare tab's operations: on chapter 02 against 03 the communication rows'
+            time and exposed time add up to each run's summary.json comm and exposed comm per step
+            (the metrics library's figures), rows come largest |difference| first, and a click on
+            a row outlines that operation's slices and fits the view to its first one; on the
+            PyTorch DDP against FSDP recordings (tests/data/torch_gloo) the collectives each
+            strategy issues are rows of their own (c10d::allreduce_ in DDP only, all-gather and
+            reduce-scatter in FSDP only)
+
+  kineto_gpu  Kineto 2.x's GPU spellings (tests/data/kineto_gpu_synthetic, synthetic): a click on
+            rank 0's ncclDevKernel_AllReduce links it to rank 1's (same process group and Seq)
+            with the bytes its args give, and the ruler reads time since the first event
+
 Coordinates come from the layout the viewer reports for its first frames: the script is written
 in window pixels, as a user's pointer would move.
 """
@@ -847,6 +866,140 @@ state {v.state_file('waits')}
     want = check_peers(ws, ar, ring, "chapter 01")
     check(sum(1 for _, w in want.values() if w > 0) >= 1, "(some rank waited before it, so the waits above mean "
           f"something: {[round(w, 3) for _, w in want.values()]})")
+
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+
+
+def scenario_open_files(v, run_dir, _other):
+    # 1. A directory as users have it: rank-R.json.gz without distributedInfo, summary.json,
+    # a truncated file, and a copy of rank 2 that says so (distributedInfo wins over the name).
+    mess = os.path.join(v.out, "open_files_run")
+    if os.path.isdir(mess):
+        for f in os.listdir(mess):
+            os.remove(os.path.join(mess, f))
+    os.makedirs(mess, exist_ok=True)
+    for rank, events in trace_events(run_dir).items():
+        with gzip.open(os.path.join(mess, f"rank-{rank}.json.gz"), "wt") as f:
+            json.dump({"traceEvents": events}, f)
+    with open(os.path.join(run_dir, "summary.json")) as src, open(os.path.join(mess, "summary.json"), "w") as dst:
+        dst.write(src.read())
+    with open(os.path.join(run_dir, "rank1.json")) as src:
+        text = src.read()
+    with open(os.path.join(mess, "broken.json"), "w") as f:
+        f.write(text[:len(text) // 3])
+    with open(os.path.join(mess, "another-rank2.json"), "w") as f:
+        f.write(open(os.path.join(run_dir, "rank2.json")).read())
+    st = v.replay("", [mess])
+    run = st["runs"][0]
+    ranks = {r["rank"]: (os.path.basename(r["file"]), r["rank_from"]) for r in run["rank_files"]}
+    want = {0: ("rank-0.json.gz", "file name"), 1: ("rank-1.json.gz", "file name"),
+            2: ("another-rank2.json", "distributedInfo"), 3: ("rank-3.json.gz", "file name")}
+    check(ranks == want, f"one rank per file, from distributedInfo or the name: {ranks}")
+    why = {os.path.basename(n["file"]): n for n in run["not_opened"]}
+    check(sorted(why) == ["broken.json", "rank-2.json.gz", "summary.json"], f"three files not opened: {sorted(why)}")
+    check(why.get("summary.json", {}).get("not_a_trace") is True and "not a trace" in why["summary.json"]["why"],
+          f"summary.json is skipped as not a trace: {why.get('summary.json')}")
+    check("truncated" in why.get("broken.json", {}).get("why", ""), f"the truncated file says so: {why.get('broken.json')}")
+    check("rank 2" in why.get("rank-2.json.gz", {}).get("why", "") and
+          "another-rank2.json" in why["rank-2.json.gz"]["why"], f"the second rank 2 names the first: {why.get('rank-2.json.gz')}")
+    check(st["error"] == "", f"no error: the rest opened ({st['error']!r})")
+    # The same on stderr for a screenshot run.
+    shot = subprocess.run(["xvfb-run", "-a", v.viewer, mess, "--screenshot", os.path.join(v.out, "open_files.png")],
+                          capture_output=True, text=True, timeout=120)
+    print(shot.stdout + shot.stderr, end="")
+    check(shot.returncode == 0 and "not opened " + os.path.join(mess, "broken.json") in shot.stderr and
+          "not opened " + os.path.join(mess, "rank-2.json.gz") in shot.stderr and
+          "skipped " + os.path.join(mess, "summary.json") in shot.stderr,
+          f"--screenshot opens the rest (exit {shot.returncode}) and lists each file not opened on stderr")
+
+    # 2. A PyTorch profiler trace: times on the ruler since its first event, not since 1970.
+    kineto = os.path.join(DATA, "kineto_cpu_torch2.15.pt.trace.json.gz")
+    with gzip.open(kineto, "rt") as f:
+        events = json.load(f)["traceEvents"]
+    first = min(e["ts"] for e in events if e.get("ph") == "X")
+    st = v.replay("", [kineto], ["--range", "0:1000"])
+    check(close(st["time_origin_us"], first, 1e-3), f"the ruler's zero is the first event: {st['time_origin_us']} vs {first}")
+    check(close(st["view"]["t0"], first, 1e-3) and close(st["view"]["t1"], first + 1000, 1e-3),
+          f"--range 0:1000 shows the first millisecond: {st['view']}")
+    ticks = st["layout"]["ruler_ticks"]
+    values = [float(t.split()[0]) for t in ticks]
+    check(ticks[0] == "0 us" and all(t.endswith(" us") for t in ticks) and len(values) >= 4 and
+          all(close(b - a, values[1], 1e-9) for a, b in zip(values, values[1:])) and values[-1] <= 1000,
+          f"the ruler reads microseconds since the first event, evenly: {ticks}")
+    step = next(e for e in events if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#"))
+    sel = v.replay("", [kineto], [])
+    lane_of_step = next(ln for ln in sel["layout"]["lanes"] if ln["tid"] == step["tid"])
+    clicked = v.replay(f"click {px(x_at(sel, step['ts'] + step['dur'] / 2))} {row_y(lane_of_step)}\nwait\n", [kineto])
+    check((clicked["selected"] or {}).get("name") == step["name"] and
+          close(clicked["selected"]["start_us"] - clicked["time_origin_us"], step["ts"] - first, 1e-3),
+          f"a click on {step['name']} selects it at {step['ts'] - first:.3f} us since the first event: {clicked['selected']}")
+
+
+def scenario_compare_ops(v, run_dir, other_dir):
+    # RUN_DIR is chapter 03 (bucketed), OTHER_RUN_DIR chapter 02 (naive): naive as the run.
+    st = v.replay("", [other_dir], ["--compare", run_dir])
+    rows = st["compare_operations"]
+    diffs = [abs(r["time_us"][1] - r["time_us"][0]) for r in rows]
+    check(len(rows) > 10 and diffs == sorted(diffs, reverse=True), f"{len(rows)} operations, largest |difference| first")
+    for side, d in enumerate([other_dir, run_dir]):
+        comm = [r for r in rows if r["communication"]]
+        time = sum(r["time_us"][side] for r in comm)
+        exposed = sum(r["exposed_us"][side] for r in comm)
+        want_comm, want_exposed = summary_average(d, "comm_us"), summary_average(d, "exposed_comm_us")
+        check(close(time, want_comm, 1e-2) and close(exposed, want_exposed, 1e-2),
+              f"{os.path.basename(d)}: communication rows add up to {time:.3f} us, {exposed:.3f} exposed; "
+              f"summary.json: comm {want_comm:.3f}, exposed {want_exposed:.3f} per step")
+    kinds = {r["kind"] for r in rows}
+    check({"collective", "kernel", "runtime", "cpu op"} <= kinds, f"operations of every kind: {sorted(kinds)}")
+    # A click on the first row: its slices outlined in both runs, the view on its first slice.
+    box = st["layout"]["operation_rows"][0]
+    x, y = centre(box["rect"])
+    shot = os.path.join(v.out, "compare_ops_clicked.png")
+    after = v.replay(f"click {x} {y}\nwait 2\nscreenshot {shot}\n", [other_dir], ["--compare", run_dir])
+    first = after["highlighted_first"] or {}
+    check(after["highlighted_op"] == box["key"] and first, f"the click highlights {box['key']}: {after['highlighted_op']}")
+    if first:
+        want = fitted(first["start_us"], first["end_us"])
+        view_is(after, want[0], want[1], f"the view fits its first slice ({first['name']})")
+    outlined = track_pixels(shot, after, (255, 230, 0), 10)
+    check(outlined > 20, f"its slices are outlined in the timeline: {outlined} px")
+
+    # PyTorch's DDP against FSDP (gloo on the CPU): each strategy's collectives are rows.
+    gloo = os.path.join(DATA, "torch_gloo")
+    st = v.replay("", [os.path.join(gloo, "ddp_2ranks")], ["--compare", os.path.join(gloo, "fsdp_2ranks")])
+    by_label = {r["label"]: r for r in st["compare_operations"]}
+    ddp_only, fsdp_only = by_label.get("c10d::allreduce_"), by_label.get("c10d::_allgather_base_")
+    check(ddp_only and ddp_only["count"][0] > 0 and ddp_only["count"][1] == 0,
+          f"DDP's all-reduce is in the run only: {ddp_only}")
+    check(fsdp_only and fsdp_only["count"][0] == 0 and fsdp_only["count"][1] > 0,
+          f"FSDP's all-gather is in the compared run only: {fsdp_only}")
+    check("c10d::_reduce_scatter_base_" in by_label, "FSDP's reduce-scatter is a row")
+
+
+def scenario_kineto_gpu(v, _run_dir, _other):
+    run = os.path.join(DATA, "kineto_gpu_synthetic")
+    files = {}
+    for name in sorted(os.listdir(run)):
+        with open(os.path.join(run, name)) as f:
+            trace = json.load(f)
+        files[trace["distributedInfo"]["rank"]] = trace["traceEvents"]
+    first = min(e["ts"] for evs in files.values() for e in evs if e.get("ph") == "X")
+    k = next(e for e in files[0] if e.get("cat") == "kernel" and e["name"].startswith("ncclDevKernel_AllReduce"))
+    rng = ["--range", f"{k['ts'] - first - k['dur']}:{k['ts'] - first + 2 * k['dur']}"]
+    s0 = v.replay("", [run], rng)
+    check(s0["layout"]["ruler_ticks"][0].endswith(" us") and not s0["layout"]["ruler_ticks"][0].startswith("17"),
+          f"the ruler reads time since the first event, not since 1970: {s0['layout']['ruler_ticks'][:3]}")
+    st = v.replay(f"click {px(x_at(s0, k['ts'] + k['dur'] / 2))} {row_y(lane(s0, 0, k['tid']), 1)}\nwait\n", [run], rng)
+    sel = st["selected"] or {}
+    check(sel.get("name") == k["name"], f"the click selects {k['name']}: {sel.get('name')}")
+    peers = {p["rank"]: p for p in st["collective_peers"]}
+    other = next(e for e in files[1] if e.get("name") == k["name"])
+    check(sorted(peers) == [0, 1] and close(peers[1]["start_us"], other["ts"], 1e-3),
+          f"linked to rank 1's kernel at {other['ts']}: {[(r, p['start_us']) for r, p in peers.items()]}")
+    metrics = sel.get("collective_metrics") or {}
+    check(metrics.get("bytes") == k["args"]["In msg nelems"] * 4 and metrics.get("link_tier") == "unknown",
+          f"its bytes from In msg nelems x Float, no link named: {metrics}")
 
 
 def main():

@@ -16,6 +16,15 @@
 
 namespace shardlab::viewer::synthetic {
 
+// The name PyTorch's profiler gives a rank's file (tensorboard_trace_handler's default,
+// <hostname>_<pid>.<milliseconds>.pt.trace.json): the benchmarks' directories look like a real
+// job's, and the viewer ranks the files by their distributedInfo.
+inline std::string kineto_file_name(int rank) {
+  std::string name = "node0_";
+  name.append(std::to_string(4100 + rank)).append(".1700000000123.pt.trace.json");
+  return name;
+}
+
 // Writes one rank's file with about `events` events; returns the count written.
 inline size_t write_rank(const std::filesystem::path& path, int rank, size_t events) {
   std::ofstream out(path, std::ios::binary);

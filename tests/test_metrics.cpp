@@ -71,6 +71,21 @@ TEST_CASE("range_metrics: peak memory includes the sample in effect at the windo
   CHECK(range_metrics(RankTimeline{}, 0, 10).peak_allocated == 0);
 }
 
+TEST_CASE("compute_union and uncovered_length: a comm slice's share of exposed comm", "[metrics]") {
+  RankTimeline tl;
+  tl.slices = {slice(0, 10, SliceKind::compute), slice(8, 12, SliceKind::compute, 9), slice(20, 30, SliceKind::compute),
+               slice(5, 25, SliceKind::comm, 13), slice(40, 45, SliceKind::memcpy)};
+  const auto hiding = compute_union(tl);
+  CHECK(hiding == std::vector<std::pair<double, double>>{{0, 12}, {20, 30}});
+  CHECK(uncovered_length(5, 25, 0, 40, hiding) == 8);    // [12, 20) is exposed
+  CHECK(uncovered_length(5, 25, 15, 40, hiding) == 5);   // clipped to the window: [15, 20)
+  CHECK(uncovered_length(30, 35, 0, 40, hiding) == 5);   // after every compute kernel
+  CHECK(uncovered_length(2, 9, 0, 40, hiding) == 0);     // wholly under compute
+  CHECK(uncovered_length(50, 60, 0, 40, hiding) == 0);   // outside the window
+  // One comm slice: its uncovered length is range_metrics' exposed comm.
+  CHECK(uncovered_length(5, 25, 0, 40, hiding) == range_metrics(tl, 0, 40).exposed_comm_us);
+}
+
 TEST_CASE("step_metrics: one per step window", "[metrics]") {
   RankTimeline tl;
   tl.rank = 3;

@@ -5,8 +5,13 @@
 //     "Kernel", "Runtime", "Operator", flows "async"/"launch" and thread ids as strings.
 //   - kineto_cpu_torch2.15.pt.trace.json.gz: PyTorch 2.15 on a CPU (this machine has no GPU):
 //     today's categories (cpu_op, user_annotation), ProfilerStep#2..4, fwdbwd flows, host
-//     [memory] events. Today's GPU spellings (kernel, cuda_runtime, ac2g) are covered by the
-//     synthetic "Kineto-style trace" test in viewer_test_model.cpp only.
+//     [memory] events (host memory, drawn as a counter).
+//   - kineto_gpu_synthetic/: a SYNTHETIC two-rank GPU step in Kineto 2.x's spellings (no GPU here
+//     to record one): python_function frames, cudaLaunchKernel / cudaLaunchKernelExC with ac2g
+//     flows, record_param_comms, ncclDevKernel_* and ncclKernel_* kernels with the collective
+//     args, gpu_user_annotation, [memory] for GPU and host (make_kineto_gpu_synthetic.py).
+//   - torch_gloo/: real multi-rank runs (PyTorch 2.15, gloo on the CPU), DDP and FSDP on 2 and 4
+//     ranks, under the profiler's default file names (make_torch_gloo_traces.py).
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -227,8 +232,140 @@ TEST_CASE("kineto: a real CPU trace (PyTorch 2.15): ops, annotations, steps, flo
     CHECK(to.find("/backward/") != std::string::npos);
   }
 
-  // Host memory ([memory] with "Device Type": 0) is not GPU memory: no counters, no samples.
-  CHECK(r.counters.empty());
+  // Host memory ([memory] with "Device Type": 0) is not GPU memory: a counter of its own, no
+  // memory samples for the metrics.
+  REQUIRE(r.counters.size() == 1);
+  CHECK(r.counters[0].name == "CPU memory allocated");
   CHECK(r.timeline.memory.empty());
   CHECK(r.timeline.slices.empty());
+}
+
+TEST_CASE("kineto: Kineto 2.x GPU spellings (synthetic): NCCL kernels, launches, record_param_comms, "
+          "gpu_user_annotation, [memory], Python frames", "[viewer]") {
+  const TraceModel m = load_traces({(kData / "kineto_gpu_synthetic").string()});
+  REQUIRE(m.ranks.size() == 2);
+  CHECK(m.not_opened.empty());
+  CHECK(m.skipped == 0);
+  for (const Rank& r : m.ranks) {
+    INFO("rank " << r.rank);
+    CHECK(r.rank_from == RankSource::distributed_info);
+    CHECK(fs::path(r.file).filename().string().ends_with(".1700000000123.pt.trace.json"));
+    for (const Lane& l : r.lanes) check_nested(l);
+    const Lane& host = r.lanes.at(0);
+    const Lane& compute = lane_named(r, "stream 7");
+    const Lane& comm = lane_named(r, "stream 20");
+    CHECK(compute.device);
+    CHECK(comm.device);
+
+    // Python frames (python_function) hold the ops they called; a launch sits in its op.
+    const size_t addmm_launch = find_slice(m, host, "cudaLaunchKernel", 101);
+    CHECK(path_of(m, host, addmm_launch) ==
+          "ProfilerStep#1/train.py(40): train_step/nn.Module: Linear_0/aten::linear/aten::addmm/cudaLaunchKernel");
+    CHECK(host.slices[find_slice(m, host, "nn.Module: Linear_0")].category == Category::cpu_op);
+    CHECK(host.slices[addmm_launch].category == Category::runtime);
+    const size_t exc = find_slice(m, host, "cudaLaunchKernelExC", 103);
+    CHECK(path_of(m, host, exc) == "ProfilerStep#1/train.py(40): train_step/record_param_comms/nccl:all_reduce/cudaLaunchKernelExC");
+    CHECK(host.slices[exc].category == Category::runtime);
+    CHECK(host.slices[find_slice(m, host, "cudaDeviceSynchronize")].category == Category::runtime);
+
+    // record_param_comms is a CPU op (with the collective's args), not communication time.
+    const Slice& rpc = host.slices[find_slice(m, host, "record_param_comms")];
+    CHECK(rpc.category == Category::cpu_op);
+    CHECK(nlohmann::json::parse(m.args_json[rpc.args])["Collective name"] == "allreduce");
+
+    // Both NCCL kernel spellings are communication, each with its collective record.
+    const Slice& ar = comm.slices[find_slice(m, comm, "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)")];
+    const Slice& ag = comm.slices[find_slice(m, comm, "ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)")];
+    CHECK(ar.category == Category::comm);
+    CHECK(ag.category == Category::comm);
+    REQUIRE(r.timeline.collectives.size() == 2);
+    const CollectiveRecord& allreduce = r.timeline.collectives[0];
+    const CollectiveRecord& allgather = r.timeline.collectives[1];
+    CHECK(allreduce.name == "allreduce");
+    CHECK(collective_bytes(allreduce) == 65536 * 4);  // Float
+    CHECK(allreduce.seq == 1);
+    CHECK(allreduce.group == "0");
+    CHECK(allgather.name == "allgather");
+    CHECK(allgather.dtype_bytes == 2);  // BFloat16
+    CHECK(allgather.seq == 2);
+    CHECK(allreduce.start_us == ar.start_us);
+
+    // Launch -> kernel flows (ac2g), cudaLaunchKernelExC included.
+    REQUIRE(r.flows.size() == 5);
+    for (const Flow& f : r.flows) {
+      REQUIRE(f.from_slice >= 0);
+      REQUIRE(f.to_slice >= 0);
+      const Slice& from = r.lanes[static_cast<size_t>(f.from_lane)].slices[static_cast<size_t>(f.from_slice)];
+      const Slice& to = r.lanes[static_cast<size_t>(f.to_lane)].slices[static_cast<size_t>(f.to_slice)];
+      CHECK(from.correlation == f.id);
+      CHECK(to.correlation == f.id);
+      CHECK(from.category == Category::runtime);
+    }
+
+    // gpu_user_annotation: an annotation on the stream, enclosing its kernels; the step is the
+    // CPU's ProfilerStep#1 alone.
+    CHECK(compute.slices[0].category == Category::annotation);
+    CHECK(m.names[compute.slices[0].name] == "ProfilerStep#1");
+    CHECK(compute.max_depth == 1);
+    REQUIRE(r.timeline.steps.size() == 1);
+    CHECK(r.timeline.steps[0].start_us == host.slices[0].start_us);
+
+    // [memory]: the GPU's as memory samples and counters, the host's as a counter of its own.
+    REQUIRE(r.timeline.memory.size() == 2);
+    CHECK(r.timeline.memory[1].allocated == 16777216);
+    CHECK(r.timeline.memory[1].reserved == 20971520);
+    std::map<std::string, size_t> counters;
+    for (const Counter& c : r.counters) counters[c.name] = c.samples.size();
+    CHECK(counters == std::map<std::string, size_t>{
+                          {"CPU memory allocated", 1}, {"GPU memory allocated", 2}, {"GPU memory reserved", 2}});
+
+    // The step's figures: two compute kernels, a copy, two collectives (rank 1 arrives late: shorter).
+    const auto steps = step_metrics(r.timeline);
+    REQUIRE(steps.size() == 1);
+    CHECK(steps[0].compute_us == Approx(350));
+    CHECK(steps[0].memcpy_us == Approx(4));
+    CHECK(steps[0].comm_us == Approx(r.rank == 0 ? 250 : 210));
+    CHECK(steps[0].peak_allocated == 16777216);
+  }
+}
+
+TEST_CASE("kineto: real multi-rank runs (PyTorch 2.15, gloo): DDP and FSDP on 2 and 4 ranks open one rank per file",
+          "[viewer]") {
+  for (const auto& [run, world] : {std::pair{"ddp_2ranks", 2}, {"fsdp_2ranks", 2}, {"ddp_4ranks", 4}, {"fsdp_4ranks", 4}}) {
+    INFO(run);
+    const bool fsdp = std::string(run).starts_with("fsdp");
+    const TraceModel m = load_traces({(kData / "torch_gloo" / run).string()});
+    REQUIRE(m.ranks.size() == static_cast<size_t>(world));
+    CHECK(m.not_opened.empty());
+    CHECK(m.skipped == 0);
+    for (int k = 0; k < world; ++k) {
+      const Rank& r = m.ranks[static_cast<size_t>(k)];
+      INFO("rank " << k << " " << r.file);
+      CHECK(r.rank == k);
+      CHECK(r.rank_from == RankSource::distributed_info);  // the names hold a pid and a time, not the rank
+      CHECK(fs::path(r.file).filename().string().ends_with(".pt.trace.json.gz"));
+      REQUIRE(r.timeline.steps.size() == 3);
+      CHECK(r.timeline.steps[0].step == 2);
+      std::map<std::string, int> ops;
+      bool gloo_thread = false;
+      for (const Lane& l : r.lanes) {
+        check_nested(l);
+        gloo_thread = gloo_thread || l.name.ends_with("(pt_gloo_runloop)");
+        for (const Slice& s : l.slices) ++ops[m.names[s.name]];
+      }
+      CHECK(gloo_thread);
+      if (fsdp) {
+        CHECK(ops["c10d::_allgather_base_"] > 0);
+        CHECK(ops["c10d::_reduce_scatter_base_"] > 0);
+        CHECK(ops["gloo:all_gather"] > 0);
+        CHECK(ops["c10d::allreduce_"] == 0);
+      } else {
+        CHECK(ops["c10d::allreduce_"] > 0);
+        CHECK(ops["gloo:all_reduce"] > 0);
+        CHECK(ops["c10d::_allgather_base_"] == 0);
+      }
+      REQUIRE(r.counters.size() == 1);  // host memory
+      CHECK(r.counters[0].name == "CPU memory allocated");
+    }
+  }
 }

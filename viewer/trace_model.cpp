@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
@@ -176,90 +177,197 @@ class FileChunks {
   bool helped_ = false;
 };
 
-// Parses one file.
+// A file that is JSON but not a trace (summary.json beside the rank files): no traceEvents.
+struct NotATrace : FileError {
+  NotATrace() : FileError("not a trace file (it has no traceEvents array)") {}
+};
+
+// Parses one file; throws FileError (the caller names the file) or LoadCancelled.
 FileResult parse_file(const std::string& path, size_t size, Shared& shared, Pool& pool) {
+  Reader reader(path, shared);
+  Builder builder;
+  FileChunks chunks(pool, builder);
+  // A .gz file holds several times its size; a plain one its size.
+  const size_t hint = path.ends_with(".gz") ? 8 * size : size;
+  Splitter splitter([&](Chunk&& c) { chunks.submit(std::move(c)); }, [&] { return pool.buffer(); }, hint);
+  std::vector<char> block(kBlock);
   try {
-    Reader reader(path, shared);
-    Builder builder;
-    FileChunks chunks(pool, builder);
-    // A .gz file holds several times its size; a plain one its size.
-    const size_t hint = path.ends_with(".gz") ? 8 * size : size;
-    Splitter splitter([&](Chunk&& c) { chunks.submit(std::move(c)); }, [&] { return pool.buffer(); }, hint);
-    std::vector<char> block(kBlock);
-    try {
-      while (const size_t n = reader.read(block.data(), block.size())) splitter.feed(block.data(), n);
-      if (reader.bytes() == 0) throw FileError("empty file");
-      splitter.finish();
-    } catch (const IoError&) {
-      throw;
-    } catch (const FileError&) {
-      chunks.merge(true);  // an error in an earlier event is the one to report
-      throw;
-    }
-    chunks.merge(true);
-    const SkeletonInfo info = read_skeleton(splitter.skeleton());
-    if (!splitter.saw_events()) throw FileError("no traceEvents array");
-    FileResult result = builder.finish(info.rank);
-    result.rank.incomplete = info.incomplete;
-    return result;
-  } catch (const FileError& e) {
-    throw std::runtime_error(path + ": " + e.what());
+    while (const size_t n = reader.read(block.data(), block.size())) splitter.feed(block.data(), n);
+    if (reader.bytes() == 0) throw FileError("empty file");
+    splitter.finish();
+  } catch (const IoError&) {
+    throw;
+  } catch (const FileError&) {
+    chunks.merge(true);  // an error in an earlier event is the one to report
+    throw;
   }
+  chunks.merge(true);
+  const SkeletonInfo info = read_skeleton(splitter.skeleton());
+  if (!splitter.saw_events()) throw NotATrace();
+  FileResult result = builder.finish(info.rank);
+  result.rank.incomplete = info.incomplete;
+  return result;
 }
 
-// "rank12.json" / "rank12.json.gz" -> 12.
-std::optional<int> rank_of_name(const std::string& filename) {
-  std::string_view n = filename;
-  if (!n.starts_with("rank")) return std::nullopt;
-  n.remove_prefix(4);
+// The name less its trace extensions: "host_12.1700000000.pt.trace.json.gz" -> "host_12.1700000000".
+std::string_view stem_of(std::string_view name) {
+  for (const std::string_view ext : {".gz", ".json", ".trace", ".pt"})
+    if (name.ends_with(ext)) name.remove_suffix(ext.size());
+  return name;
+}
+
+bool is_trace_name(std::string_view name) { return name.ends_with(".json") || name.ends_with(".json.gz"); }
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+// The decimal number at the start of s (digits only; none if it does not fit an int).
+std::optional<int> number_at(std::string_view s) {
   int r = 0;
-  const auto [p, ec] = std::from_chars(n.data(), n.data() + n.size(), r);
-  const std::string_view rest(p, static_cast<size_t>(n.data() + n.size() - p));
-  if (ec != std::errc() || p == n.data() || r < 0 || (rest != ".json" && rest != ".json.gz")) return std::nullopt;
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), r);
+  if (ec != std::errc() || p == s.data()) return std::nullopt;
   return r;
+}
+
+// The rank a file's name gives: the number after "rank" ("rank3", "rank-3", "Rank_3"), else the
+// name's only number ("worker3.json"); none when it has several ("host_4711.1700000000123", Kineto's
+// default: a pid and a time, not a rank) or none.
+std::optional<int> rank_in_name(std::string_view filename) {
+  const std::string_view stem = stem_of(filename);
+  std::string lower(stem);
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (size_t at = lower.find("rank"); at != std::string::npos; at = lower.find("rank", at + 1)) {
+    size_t i = at + 4;
+    if (i < lower.size() && (lower[i] == '-' || lower[i] == '_' || lower[i] == '.')) ++i;
+    if (i < lower.size() && is_digit(lower[i])) return number_at(stem.substr(i));
+  }
+  std::optional<int> only;
+  size_t runs = 0;
+  for (size_t i = 0; i < stem.size(); ++i)
+    if (is_digit(stem[i]) && (i == 0 || !is_digit(stem[i - 1]))) {
+      ++runs;
+      only = number_at(stem.substr(i));
+    }
+  return runs == 1 ? only : std::nullopt;
+}
+
+// Names in the order a person reads them: "rank2" before "rank10".
+bool natural_less(std::string_view a, std::string_view b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    if (is_digit(a[i]) && is_digit(b[j])) {
+      const size_t i0 = i, j0 = j;
+      while (i < a.size() && is_digit(a[i])) ++i;
+      while (j < b.size() && is_digit(b[j])) ++j;
+      std::string_view x = a.substr(i0, i - i0), y = b.substr(j0, j - j0);
+      while (x.size() > 1 && x[0] == '0') x.remove_prefix(1);
+      while (y.size() > 1 && y[0] == '0') y.remove_prefix(1);
+      if (x.size() != y.size()) return x.size() < y.size();
+      if (x != y) return x < y;
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i, ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
 }
 
 struct Input {
   std::string path;
-  std::optional<int> rank;  // from the file name (directories)
-  size_t index = 0;         // position among the inputs (the fallback rank)
   size_t size = 0;
 };
 
-std::vector<Input> expand(const std::vector<std::string>& paths) {
+// The files to open, in order: a directory's trace files by name, files as given. What is
+// missing or unreadable goes to not_opened.
+std::vector<Input> expand(const std::vector<std::string>& paths, std::vector<NotOpened>& not_opened) {
   std::vector<Input> inputs;
   for (const std::string& p : paths) {
     std::error_code ec;
     if (fs::is_directory(p, ec)) {
-      std::vector<Input> found;
-      for (const fs::directory_entry& entry : fs::directory_iterator(p, ec)) {
-        const auto r = rank_of_name(entry.path().filename().string());
-        if (r && entry.is_regular_file(ec)) found.push_back({entry.path().string(), r});
+      std::vector<std::string> found;
+      for (const fs::directory_entry& entry : fs::directory_iterator(p, ec))
+        if (is_trace_name(entry.path().filename().string()) && entry.is_regular_file(ec))
+          found.push_back(entry.path().string());
+      if (ec) {
+        not_opened.push_back({p, "cannot list the directory: " + ec.message()});
+        continue;
       }
-      if (ec) throw std::runtime_error(p + ": cannot list: " + ec.message());
-      if (found.empty()) throw std::runtime_error(p + ": no rank<R>.json or rank<R>.json.gz files");
-      std::sort(found.begin(), found.end(), [](const Input& a, const Input& b) { return a.rank < b.rank; });
-      inputs.insert(inputs.end(), found.begin(), found.end());
+      if (found.empty()) not_opened.push_back({p, "no trace files in it (*.json, *.json.gz)"});
+      std::sort(found.begin(), found.end(), natural_less);
+      for (std::string& f : found) inputs.push_back({std::move(f)});
     } else if (fs::exists(p, ec)) {
-      inputs.push_back({p, std::nullopt});
+      inputs.push_back({p});
     } else {
-      throw std::runtime_error(p + ": no such file or directory");
+      not_opened.push_back({p, "no such file or directory"});
     }
   }
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    inputs[i].index = i;
+  for (Input& in : inputs) {
     std::error_code ec;
-    const auto size = fs::file_size(inputs[i].path, ec);
-    inputs[i].size = ec ? 0 : static_cast<size_t>(size);
+    const auto size = fs::file_size(in.path, ec);
+    in.size = ec ? 0 : static_cast<size_t>(size);
   }
   return inputs;
 }
 
+// Every file's rank (RankSource's order). The files that say their rank claim it first, then
+// those whose names give one, then the rest take the free ranks, each kind in input order; a
+// file whose rank an earlier claim took goes to not_opened. Returns the input indices of the
+// files that open.
+std::vector<size_t> assign_ranks(const std::vector<Input>& inputs, std::vector<std::optional<FileResult>>& results,
+                                 std::vector<NotOpened>& not_opened) {
+  std::vector<size_t> claiming;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!results[i]) continue;
+    Rank& r = results[i]->rank;
+    if (const auto declared = results[i]->declared_rank) {
+      r.rank = *declared;
+      r.rank_from = RankSource::distributed_info;
+    } else if (const auto named = rank_in_name(fs::path(inputs[i].path).filename().string())) {
+      r.rank = *named;
+      r.rank_from = RankSource::file_name;
+    } else {
+      r.rank_from = RankSource::file_order;
+    }
+    claiming.push_back(i);
+  }
+  std::stable_sort(claiming.begin(), claiming.end(),
+                   [&](size_t a, size_t b) { return results[a]->rank.rank_from < results[b]->rank.rank_from; });
+  std::map<int, size_t> claimed;  // rank -> input
+  std::vector<size_t> opened;
+  int next_free = 0;
+  for (const size_t i : claiming) {
+    Rank& r = results[i]->rank;
+    if (r.rank_from == RankSource::file_order) {
+      while (claimed.count(next_free)) ++next_free;
+      r.rank = next_free;
+    }
+    const auto [it, fresh] = claimed.emplace(r.rank, i);
+    if (!fresh) {
+      not_opened.push_back({inputs[i].path, "its rank " + std::to_string(r.rank) + " (from its " +
+                                                rank_source_name(r.rank_from) + ") is already taken by " +
+                                                inputs[it->second].path});
+      results[i].reset();
+      continue;
+    }
+    opened.push_back(i);
+  }
+  std::sort(opened.begin(), opened.end());
+  return opened;
+}
+
 }  // namespace
 
+const char* rank_source_name(RankSource source) {
+  switch (source) {
+    case RankSource::distributed_info: return "distributedInfo";
+    case RankSource::file_name: return "file name";
+    case RankSource::file_order: break;
+  }
+  return "file order";
+}
+
 TraceModel load_traces(const std::vector<std::string>& paths, const LoadProgress& progress) {
-  const std::vector<Input> inputs = expand(paths);
-  if (inputs.empty()) throw std::runtime_error("no trace files given");
+  TraceModel model;
+  const std::vector<Input> inputs = expand(paths, model.not_opened);
   size_t total = 0;
   for (const Input& in : inputs) total += in.size;
 
@@ -281,7 +389,6 @@ TraceModel load_traces(const std::vector<std::string>& paths, const LoadProgress
           results[i] = parse_file(inputs[i].path, inputs[i].size, shared, pool);
         } catch (...) {
           errors[i] = std::current_exception();
-          shared.cancel = true;  // the load fails anyway: stop the others early
         }
         ++finished;
         std::lock_guard lock(shared.mutex);
@@ -303,39 +410,43 @@ TraceModel load_traces(const std::vector<std::string>& paths, const LoadProgress
   }
   pool.close();
   for (std::thread& t : threads) t.join();
-  // The first real error in input order; a cancellation only if nothing else went wrong.
-  std::exception_ptr cancelled;
-  for (const std::exception_ptr& e : errors) {
-    if (!e) continue;
+  if (progress && shared.cancel) throw LoadCancelled();
+  // A file that did not parse is one not opened; anything else (out of memory) ends the load.
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!errors[i]) continue;
     try {
-      std::rethrow_exception(e);
-    } catch (const LoadCancelled&) {
-      cancelled = e;
-    } catch (...) {
-      throw;
+      std::rethrow_exception(errors[i]);
+    } catch (const NotATrace& e) {
+      model.not_opened.push_back({inputs[i].path, e.what(), true});
+    } catch (const FileError& e) {
+      model.not_opened.push_back({inputs[i].path, e.what()});
     }
   }
-  if (cancelled || (progress && shared.cancel)) throw LoadCancelled();
+  const std::vector<size_t> opened = assign_ranks(inputs, results, model.not_opened);
+  if (opened.empty()) {
+    if (model.not_opened.empty()) throw std::runtime_error("no trace files given");
+    std::string why;
+    for (const NotOpened& n : model.not_opened) {
+      if (!why.empty()) why += "; ";
+      why += n.file;
+      why += ": ";
+      why += n.why;
+    }
+    throw std::runtime_error(why);
+  }
 
   // Merge: ranks in order, names deduplicated across files, args appended.
-  TraceModel model;
   size_t args = 1;
-  for (const auto& fr : results) args += fr->args.size();
+  for (const size_t i : opened) args += results[i]->args.size();
   model.args_json.reserve(args);
   model.args_json.emplace_back();
   Interner names(false);
-  std::map<int, size_t> seen;  // rank -> input
   bool any_time = false;
   model.start_us = std::numeric_limits<double>::max();
   model.end_us = std::numeric_limits<double>::lowest();
-  for (size_t i = 0; i < inputs.size(); ++i) {
+  for (const size_t i : opened) {
     FileResult& fr = *results[i];
     Rank& r = fr.rank;
-    r.rank = inputs[i].rank ? *inputs[i].rank : fr.declared_rank.value_or(static_cast<int>(inputs[i].index));
-    const auto [it, inserted] = seen.emplace(r.rank, i);
-    if (!inserted)
-      throw std::runtime_error(inputs[i].path + ": rank " + std::to_string(r.rank) + " is also " +
-                               inputs[it->second].path);
     r.file = inputs[i].path;
     r.timeline.rank = r.rank;
     std::vector<uint32_t> name_map(fr.names.size());

@@ -1,7 +1,7 @@
 // trace_model.h: a run's traces in memory, laid out for drawing: ranks, lanes, slices.
 //
-// The viewer's library (no UI): loads a run directory (every rank<R>.json) or trace files
-// (.json or .json.gz; shardlab's own or PyTorch profiler / Kineto traces), merges the ranks onto
+// The viewer's library (no UI): loads a run directory (every *.json and *.json.gz trace file in it)
+// or trace files (shardlab's own or PyTorch profiler / Kineto traces), merges the ranks onto
 // one time axis, sorts each rank's lanes (CPU threads, then streams, by their sort indices),
 // nests each lane's slices (depth), keeps flows, counters and step annotations, and builds
 // each rank's RankTimeline so common/trace/metrics.h computes every figure (the same code as the
@@ -66,8 +66,17 @@ struct AllocatorMarker {
   uint32_t args = 0;  // index into TraceModel::args_json (0: none)
 };
 
+// Where a file's rank number came from, in the order they are tried.
+enum class RankSource : uint8_t {
+  distributed_info,  // the file's distributedInfo.rank (shardlab's, and PyTorch's in a distributed job)
+  file_name,         // a number in the file's name: after "rank" ("rank-3.json.gz"), else its only one
+  file_order,        // neither: the lowest rank no other file claims, in the order of the files' names
+};
+const char* rank_source_name(RankSource source);  // "distributedInfo", "file name", "file order"
+
 struct Rank {
   int rank = 0;
+  RankSource rank_from = RankSource::distributed_info;
   std::string file;
   std::vector<Lane> lanes;
   std::vector<Counter> counters;
@@ -80,8 +89,17 @@ struct Rank {
   std::string incomplete;
 };
 
+// A file the load did not open, and why: not a trace (summary.json), unreadable or broken, or
+// its rank already taken by another file. The rest of the run opens without it.
+struct NotOpened {
+  std::string file;
+  std::string why;
+  bool not_a_trace = false;  // JSON without traceEvents: expected beside rank files (summary.json)
+};
+
 struct TraceModel {
   std::vector<Rank> ranks;            // in rank order
+  std::vector<NotOpened> not_opened;
   std::vector<std::string> names;     // interned slice names
   std::vector<std::string> args_json; // interned args objects as JSON text ([0] is "")
   double start_us = 0, end_us = 0;    // over every rank
@@ -98,12 +116,16 @@ struct LoadCancelled : std::runtime_error {
 // to cancel. Called on the thread that called load_traces, after each MiB read and once at the end.
 using LoadProgress = std::function<bool(size_t done, size_t total)>;
 
-// Loads paths (a run directory or trace files). Throws std::runtime_error with a message naming
-// the file and what is wrong (not JSON, truncated, no traceEvents, wrong types...); never
-// crashes on hostile input. A directory contributes every rank<R>.json / rank<R>.json.gz in it
-// (rank R); a file's rank is its distributedInfo.rank, else its position in `paths`. Files
-// are parsed in parallel, one thread per file up to the hardware's threads, and a file's events
-// in chunks on the threads no file needs (one large file uses every core).
+// Loads paths (a run directory or trace files). A directory contributes every *.json and
+// *.json.gz file in it (Kineto's <worker>.<time>.pt.trace.json(.gz) among them), in the order of
+// their names (numbers compared as numbers). A file's rank is its distributedInfo.rank, else a
+// number in its name, else the lowest rank no other file claims (RankSource).
+// A file that does not open (not a trace, not JSON, truncated, wrong types..., or a rank another
+// file has already claimed) goes into not_opened with why, and the rest open; only when no file
+// opens does this throw std::runtime_error, with each file's message naming the file and what is
+// wrong. Never crashes on hostile input. Files are parsed in parallel, one thread per file up to
+// the hardware's threads, and a file's events in chunks on the threads no file needs (one large
+// file uses every core).
 TraceModel load_traces(const std::vector<std::string>& paths, const LoadProgress& progress = {});
 
 }  // namespace shardlab::viewer

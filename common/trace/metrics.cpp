@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <utility>
 
 namespace shardlab {
@@ -224,6 +225,25 @@ std::vector<CollectiveMetrics> collective_metrics(const RankTimeline& tl) {
     out.push_back(m);
   }
   return out;
+}
+
+std::vector<std::pair<double, double>> compute_union(const RankTimeline& tl) {
+  std::vector<Interval> compute;
+  for (const DeviceSlice& s : tl.slices)
+    if (s.kind == SliceKind::compute) compute.emplace_back(s.start_us, s.end_us);
+  return merged(std::move(compute), -std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity());
+}
+
+double uncovered_length(double a, double b, double t0, double t1, const std::vector<std::pair<double, double>>& disjoint) {
+  a = std::max(a, t0);
+  b = std::min(b, t1);
+  if (b <= a) return 0;
+  const std::vector<Interval> one{{a, b}};
+  // The covering intervals that can meet [a, b): from the last one starting before a.
+  auto from = std::upper_bound(disjoint.begin(), disjoint.end(), Interval{a, a});
+  if (from != disjoint.begin()) --from;
+  auto to = std::lower_bound(from, disjoint.end(), Interval{b, b});
+  return (b - a) - intersection_length(one, std::vector<Interval>(from, to));
 }
 
 }  // namespace shardlab

@@ -104,6 +104,12 @@ double bus_factor(const std::string& collective, int group_size);
 // keeps its sign. How the run's messages and the viewer write an amount of bytes.
 std::string human_bytes(double bytes);
 
+// Per operation (the viewer's table of operations): the union of a rank's compute kernels, as
+// disjoint intervals in time order (what hides communication), and the part of [a, b) in
+// [t0, t1) it leaves uncovered: a communication slice's share of exposed comm.
+std::vector<std::pair<double, double>> compute_union(const RankTimeline& tl);
+double uncovered_length(double a, double b, double t0, double t1, const std::vector<std::pair<double, double>>& disjoint);
+
 // Bytes S for the algbw of a collective record (see above).
 int64_t collective_bytes(const CollectiveRecord& c);
 // The bytes one rank sends over its link in the ring model: S x the bus factor (see above).

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <map>
 #include <string_view>
 #include <tuple>
@@ -22,7 +23,8 @@ namespace {
 // "[0,1,2,3]"), whitespace dropped; "" when the key is absent. A scan, not a parse: it runs once
 // per collective kernel at load time, and the loader has already checked the JSON.
 std::string raw_arg(std::string_view args, std::string_view key) {
-  const std::string quoted = "\"" + std::string(key) + "\"";
+  std::string quoted = "\"";  // appended: GCC 12 warns falsely (-Wrestrict) on "\"" + std::string
+  quoted.append(key).append("\"");
   size_t i = args.find(quoted);
   if (i == std::string_view::npos) return {};
   i = args.find_first_not_of(" \t\r\n", i + quoted.size());
@@ -101,8 +103,10 @@ void index_collectives(Run& run, int run_index) {
         if (k == kernels.end() || k->key() != probe.key()) continue;
         record_of[slice_key(static_cast<int>(l), i)] = static_cast<uint32_t>(k->collective);
         const CollectiveRecord& rec = tl.collectives[static_cast<size_t>(k->collective)];
-        if (rec.group.empty() || point_to_point(rec.name)) continue;
-        std::string ranks = raw_arg(run.model.args_json[s.args], "Process Group Ranks");
+        // Without its Seq a kernel cannot be told from the group's other collectives.
+        const std::string& args = run.model.args_json[s.args];
+        if (rec.group.empty() || point_to_point(rec.name) || raw_arg(args, "Seq").empty()) continue;
+        std::string ranks = raw_arg(args, "Process Group Ranks");
         const auto next = static_cast<uint32_t>(run.collectives.size());
         const auto [it, fresh] = index.try_emplace({rec.group, ranks, rec.seq}, next);
         if (fresh) run.collectives.push_back({rec.name, rec.group, std::move(ranks), rec.seq, {}});
@@ -148,11 +152,42 @@ Run make_run(std::string label, TraceModel model, int run_index) {
     }
   }
   index_collectives(run, run_index);
+  run.operations = index_operations(run);
   return run;
 }
 
+const CollectiveRecord* collective_record(const Run& run, int rank, int lane, uint32_t slice) {
+  const uint32_t* i = find_slice(run.record_of, {0, rank, lane, slice});
+  return i ? &run.model.ranks[static_cast<size_t>(rank)].timeline.collectives[*i] : nullptr;
+}
+
 bool AppState::filtering() const {
-  return searching() || std::find(show_category.begin(), show_category.end(), false) != show_category.end();
+  return searching() || highlighting() ||
+         std::find(show_category.begin(), show_category.end(), false) != show_category.end();
+}
+
+bool AppState::in_highlighted_op(int run, int rank, int lane, uint32_t slice) const {
+  const RunOperations& ops = runs[static_cast<size_t>(run)].operations;
+  const uint32_t id = ops.of_slice[static_cast<size_t>(rank)][static_cast<size_t>(lane)][slice];
+  return id != RunOperations::kNone && ops.ops[id].key == highlighted_op;
+}
+
+SliceRef AppState::highlighted_first() const {
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const auto it = runs[r].operations.by_key.find(highlighted_op);
+    if (it == runs[r].operations.by_key.end()) continue;
+    const SlicePlace& first = runs[r].operations.ops[it->second].first;
+    if (first.rank >= 0) return {static_cast<int>(r), first.rank, first.lane, first.slice};
+  }
+  return {};
+}
+
+void AppState::highlight_op(const std::string& key) {
+  highlighted_op = key;
+  if (const Slice* s = slice(highlighted_first())) {
+    const double offset = runs[static_cast<size_t>(highlighted_first().run)].offset_us;
+    fit(s->start_us + offset, s->end_us + offset);
+  }
 }
 
 double AppState::full_t0() const {
@@ -167,6 +202,8 @@ double AppState::full_t1() const {
   return t;
 }
 
+double AppState::time_origin() const { return runs.empty() ? 0 : runs[0].model.start_us + runs[0].offset_us; }
+
 void AppState::fit(double t0, double t1) {
   const double margin = std::max(t1 - t0, 1e-3) * 0.02;
   view_t0 = t0 - margin;
@@ -179,6 +216,7 @@ void AppState::set_runs(std::vector<Run> loaded) {
   range.reset();
   range_rows_for.reset();
   range_rows.clear();
+  highlighted_op.clear();
   layout = {};
   update_search();
   align_runs();
@@ -235,9 +273,7 @@ const Collective* AppState::collective(const SliceRef& r) const {
 
 const CollectiveRecord* AppState::collective_record(const SliceRef& r) const {
   if (!r.valid()) return nullptr;
-  const Run& run = runs[static_cast<size_t>(r.run)];
-  const uint32_t* i = find_slice(run.record_of, r);
-  return i ? &run.model.ranks[static_cast<size_t>(r.rank)].timeline.collectives[*i] : nullptr;
+  return shardlab::viewer::app::collective_record(runs[static_cast<size_t>(r.run)], r.rank, r.lane, r.slice);
 }
 
 ViewCategory view_category(const Run& run, const Slice& s) {
@@ -297,6 +333,21 @@ std::string format_time(double us) {
   return buf;
 }
 
+std::string format_absolute(double us) {
+  char buf[96];
+  int n = std::snprintf(buf, sizeof buf, "%.3f us", us);
+  // From 2001 to 2286 in microseconds since 1970: a wall-clock time, not one from a job's start.
+  if (us >= 1e15 && us < 1e16) {
+    const auto seconds = static_cast<std::time_t>(us / 1e6);
+    std::tm utc{};
+    gmtime_r(&seconds, &utc);
+    n += static_cast<int>(std::strftime(buf + n, sizeof buf - static_cast<size_t>(n), " (%Y-%m-%d %H:%M:%S", &utc));
+    std::snprintf(buf + n, sizeof buf - static_cast<size_t>(n), ".%06lld UTC)",
+                  static_cast<long long>(std::fmod(us, 1e6)));
+  }
+  return buf;
+}
+
 // Args come from files: read them without trusting their types.
 static double number(const nlohmann::json& j, const char* key) {
   const auto it = j.find(key);
@@ -317,8 +368,10 @@ void slice_details(const AppState& app, const SliceRef& ref) {
   ImGui::TextUnformatted(run.model.names[s.name].c_str());
   ImGui::TextDisabled("%s  |  rank %d, %s%s", category_name(category), rank.rank, lane.name.c_str(),
                       app.runs.size() > 1 ? (ref.run == 0 ? "  |  run" : "  |  compared run") : "");
-  ImGui::Text("start %s   duration %s   end %s", format_time(s.start_us).c_str(), format_time(dur).c_str(),
-              format_time(s.end_us).c_str());
+  const double since = s.start_us + run.offset_us - app.time_origin();  // as the ruler reads
+  ImGui::Text("at %s   duration %s   end %s", format_time(since).c_str(), format_time(dur).c_str(),
+              format_time(since + dur).c_str());
+  ImGui::TextDisabled("start in the file: %s", format_absolute(s.start_us).c_str());
 
   const std::string& text = run.model.args_json[s.args];
   const nlohmann::json args = nlohmann::json::parse(text, nullptr, false);
@@ -374,7 +427,7 @@ void slice_details(const AppState& app, const SliceRef& ref) {
           const Slice& ps = *app.slice(p);
           ImGui::TextDisabled("correlation %llu -> %s on %s at %s", static_cast<unsigned long long>(s.correlation),
                               run.model.names[ps.name].c_str(), rank.lanes[p.lane].name.c_str(),
-                              format_time(ps.start_us).c_str());
+                              format_time(ps.start_us + run.offset_us - app.time_origin()).c_str());
         }
   }
 }

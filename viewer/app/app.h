@@ -15,6 +15,7 @@
 
 #include <imgui.h>
 
+#include "operations.h"
 #include "trace/metrics.h"
 #include "trace_model.h"
 
@@ -75,7 +76,11 @@ struct Run {
   std::vector<double> counter_max;  // [rank]: the largest counter value, the memory graph's scale
   std::vector<std::vector<StepMetrics>> steps;  // [rank]: step_metrics, computed once
   std::vector<bool> sync_name;  // [interned name]: a synchronization's name (ViewCategory::sync)
+  RunOperations operations;     // its slices grouped by operation (the Compare tab's operations)
 };
+
+// A communication kernel's record in its rank's timeline (nullptr: not one).
+const CollectiveRecord* collective_record(const Run& run, int rank, int lane, uint32_t slice);
 
 // A slice's category as the timeline colours it and the legend filters it.
 ViewCategory view_category(const Run& run, const Slice& s);
@@ -97,6 +102,12 @@ struct AppState {
   std::vector<std::vector<bool>> name_matches;  // [run][interned name], rebuilt when search changes
   size_t match_count = 0;                        // slices whose name matches, over every run
   int align_step = 2;  // compare: the step both runs are aligned at (the first after warm-up)
+  // The operation whose row was clicked in the Compare tab ("" none): its slices are outlined in
+  // both runs and the others dimmed, as a search does.
+  std::string highlighted_op;
+  bool highlighting() const { return !highlighted_op.empty(); }
+  // Whether a slice belongs to the highlighted operation.
+  bool in_highlighted_op(int run, int rank, int lane, uint32_t slice) const;
   int panel_tab = -1;  // a bottom panel to bring to the front (-1: leave as is)
   int shown_tab = -1;  // the bottom panel the last frame showed
 
@@ -114,14 +125,28 @@ struct AppState {
     float track_x0 = 0, track_width = 0;  // the time axis: x of view_t0 and its width in pixels
     float tracks_top = 0, tracks_bottom = 0;
     std::vector<LaneBox> lanes;  // the visible lanes
+    std::vector<std::string> ruler_ticks;  // the ruler's labels, left to right ("0 us", "500 us")
+    struct OperationBox {
+      std::string key;
+      std::pair<ImVec2, ImVec2> rect;
+    };
+    std::vector<OperationBox> operation_rows;  // the Compare tab's visible operation rows
     std::pair<ImVec2, ImVec2> search_field;                       // the toolbar's search box
     std::array<std::pair<ImVec2, ImVec2>, kCategories> category_boxes;  // its category checkboxes
   } layout;
 
   bool searching() const { return search[0] != '\0'; }
+  // Highlights an operation (a row of the Compare tab) and fits the view to its first slice.
+  void highlight_op(const std::string& key);
+  // The highlighted operation's first slice: in the run, else in the compared run (invalid: none).
+  SliceRef highlighted_first() const;
   bool filtering() const;
   double full_t0() const;
   double full_t1() const;
+  // Where the ruler's zero is on the shared axis: the run's first event. The ruler and the
+  // panels give times since then ("12.5 ms"); tooltips and Details add the file's own (epoch
+  // microseconds in a PyTorch profiler trace).
+  double time_origin() const;
   void fit(double t0, double t1);  // shows [t0, t1] with a small margin
   void fit_all() { fit(full_t0(), full_t1()); }
   void update_search();
@@ -162,6 +187,9 @@ struct CompareChange {
 };
 CompareChange compare_change(const CompareRow& row);
 std::string format_time(double us);   // "12.5 ms", "850 ns"
+// A time as the file gives it: "1682725897512345.125 us", with the UTC date and time when it is
+// one (microseconds since 1970, as PyTorch's profiler writes them): "... (2023-04-29 00:31:37.512345 UTC)".
+std::string format_absolute(double us);
 
 // A slice's description: name, times, lane, args, achieved rates; for tooltips and details.
 void slice_details(const AppState& app, const SliceRef& ref);

@@ -21,7 +21,7 @@ bool light(ImU32 c) {
 void draw_slice(ImDrawList* dl, const AppState& app, const Run& run, const Slice& s, bool match, float x0, float x1,
                 float top, const Mapping& m) {
   const float cx0 = std::max(x0, m.x0 - 2), cx1 = std::min(x1, m.x0 + m.width + 2);
-  const bool dim = app.searching() && !match;
+  const bool dim = (app.searching() || app.highlighting()) && !match;
   const ImU32 base = category_color(view_category(run, s));
   dl->AddRectFilled({cx0, top}, {cx1, top + kRowHeight - 1}, dim ? scale(base, 0.35f) : base);
   if (match) dl->AddRect({cx0, top}, {cx1, top + kRowHeight - 1}, IM_COL32(255, 230, 0, 255), 0, 0, 2);
@@ -75,7 +75,11 @@ void draw_lane(ImDrawList* dl, AppState& app, int run_i, int rank_i, int lane_i,
   const std::vector<bool>& matches = app.name_matches[run_i];
   const ImVec2 mouse = ImGui::GetMousePos();
   auto shown = [&](const Slice& s) { return app.show_category[static_cast<size_t>(view_category(run, s))]; };
-  auto match = [&](const Slice& s) { return app.searching() && matches[s.name]; };
+  // Outlined: a search's matches, and the slices of the operation clicked in the Compare tab.
+  auto match = [&](uint32_t k) {
+    return (app.searching() && matches[lane.slices[k].name]) ||
+           (app.highlighting() && app.in_highlighted_op(run_i, rank_i, lane_i, k));
+  };
 
   for (size_t d = 0; d < index.size(); ++d) {
     const DepthRow& row = index[d];
@@ -91,7 +95,7 @@ void draw_lane(ImDrawList* dl, AppState& app, int run_i, int rank_i, int lane_i,
       const float x0 = m.x(s.start_us + run.offset_us), x1 = m.x(s.end_us + run.offset_us);
       if (x1 - x0 >= kMinSlicePx) {
         if (shown(s)) {
-          draw_slice(dl, app, run, s, match(s), x0, x1, top, m);
+          draw_slice(dl, app, run, s, match(idx[i]), x0, x1, top, m);
           if (mouse_in_row && mouse.x >= x0 && mouse.x < x1) app.hovered = {run_i, rank_i, lane_i, idx[i]};
           if (app.selected == SliceRef{run_i, rank_i, lane_i, idx[i]})
             dl->AddRect({x0 - 1, top - 1}, {x1 + 1, bottom + 1}, IM_COL32(255, 255, 255, 255), 0, 0, 2);
@@ -133,7 +137,7 @@ void draw_lane(ImDrawList* dl, AppState& app, int run_i, int rank_i, int lane_i,
           ++fold.count;
           fold.t1 = std::max(fold.t1, n.end_us);
           fold.busy_us += n.end_us - n.start_us;
-          any_match = any_match || match(n);
+          any_match = any_match || match(idx[j]);
         }
       }
       i = j;
@@ -143,7 +147,7 @@ void draw_lane(ImDrawList* dl, AppState& app, int run_i, int rank_i, int lane_i,
       const double span = fold.t1 - fold.t0;
       const float busy = span > 0 ? static_cast<float>(std::min(1.0, fold.busy_us / span)) : 1.f;
       const ImU32 color = category_color(view_category(run, s));
-      const ImU32 base = app.searching() && !any_match ? scale(color, 0.35f) : color;
+      const ImU32 base = (app.searching() || app.highlighting()) && !any_match ? scale(color, 0.35f) : color;
       // Whole pixels: the rasterizer fills the same rows either way, and equal blocks merge.
       const float bar_top = std::round(bottom - std::max(2.f, busy * (kRowHeight - 1)));
       pending.add(dl, fx0, fx1, bar_top, base, top, bottom);

@@ -2,10 +2,11 @@
 //
 //   shardlab-view [paths...] [--compare PATH] [--range T0:T1] [--size WxH]
 //                 [--screenshot out.png] [--state-out state.json] [--replay script.txt]
+//   shardlab-view --help
 //
-// Paths are a run directory (every rank<R>.json in it) or trace files; without any, the window
-// opens empty and says how to open a run (drop it, or type its path). --range is the initial
-// window in microseconds.
+// Paths are a run directory (every *.json and *.json.gz trace file in it) or trace files; without
+// any, the window opens empty and says how to open a run (drop it, or type its path). --range is
+// the initial window in microseconds since the run's first event, as the ruler reads.
 // Headless (under xvfb-run when there is no display):
 //   --screenshot / --state-out alone render a few frames without input, write the PNG and/or the
 //     state JSON, and exit; a trace that does not load is a message and exit code 1.
@@ -35,11 +36,33 @@ struct Options {
   std::optional<std::pair<double, double>> range;
 };
 
+constexpr const char* kUsage =
+    "usage: shardlab-view [paths...] [--compare PATH] [--range T0:T1] [--size WxH]\n"
+    "                     [--screenshot out.png] [--state-out state.json] [--replay script.txt]\n";
+
+constexpr const char* kHelp =
+    "\n"
+    "Opens traces (shardlab's, or PyTorch profiler / Kineto ones) as one timeline: every rank's CPU\n"
+    "threads, GPU streams and memory, with per-step metrics.\n"
+    "\n"
+    "paths               a run directory (every *.json and *.json.gz trace file in it, Kineto's\n"
+    "                    <worker>.<time>.pt.trace.json(.gz) included) or trace files. A file's rank\n"
+    "                    is its distributedInfo.rank, else a number in its name, else by name order.\n"
+    "                    Files that do not open (not a trace, broken, a rank taken twice) are\n"
+    "                    listed in the window and the rest open.\n"
+    "--compare PATH      a second run (a directory or a trace file), shown below the first and\n"
+    "                    aligned at a step; the Compare tab puts the two runs' metrics side by side\n"
+    "--range T0:T1       the window to show first, in microseconds since the run's first event\n"
+    "--size WxH          the window's size in pixels (default 1600x900, at least 320x200)\n"
+    "--screenshot FILE   render a few frames, write them as a PNG and exit (under xvfb-run\n"
+    "                    without a display); files not opened are listed on stderr\n"
+    "--state-out FILE    write what the view shows as JSON (with --screenshot, or on its own)\n"
+    "--replay FILE       drive the window with a script of input events (viewer/app/replay.h),\n"
+    "                    then write --state-out and --screenshot\n"
+    "-h, --help          print this and exit\n";
+
 [[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr,
-               "shardlab-view: %s\nusage: shardlab-view [paths...] [--compare PATH] [--range T0:T1 (us)] [--size WxH]\n"
-               "                     [--screenshot out.png] [--state-out state.json] [--replay script.txt]\n",
-               message.c_str());
+  std::fprintf(stderr, "shardlab-view: %s\n%s", message.c_str(), kUsage);
   std::exit(2);
 }
 
@@ -47,6 +70,10 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%s%s", kUsage, kHelp);
+      std::exit(0);
+    }
     if (arg.rfind("--", 0) != 0) {
       o.paths.push_back(arg);
       continue;
@@ -54,7 +81,7 @@ Options parse(int argc, char** argv) {
     if (arg != "--screenshot" && arg != "--size" && arg != "--range" && arg != "--compare" && arg != "--state-out" &&
         arg != "--replay")
       usage_error("unknown flag " + arg +
-                  "; allowed flags: --compare, --range, --size, --screenshot, --state-out, --replay");
+                  "; allowed flags: --compare, --range, --size, --screenshot, --state-out, --replay, --help");
     if (i + 1 >= argc) usage_error(arg + ": missing value");
     const std::string value = argv[++i];
     if (arg == "--screenshot") {

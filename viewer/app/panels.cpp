@@ -3,7 +3,9 @@
 #include "panels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <vector>
 
 namespace shardlab::viewer::app {
 namespace {
@@ -57,7 +59,7 @@ void collective_table(AppState& app, const Collective& c) {
                   p.ref.rank, p.ref.lane, p.ref.slice);
     if (ImGui::Selectable(label, p.ref == app.selected, ImGuiSelectableFlags_SpanAllColumns)) select = p.ref;
     ImGui::TableNextColumn();
-    ImGui::Text("%.3f us", s.start_us + run.offset_us);  // to the nanosecond: the skew is in the digits
+    ImGui::Text("%.3f us", s.start_us + run.offset_us - app.time_origin());  // to the ns: the skew is in the digits
     time_cell(s.end_us - s.start_us);
     ImGui::TableNextColumn();
     ImGui::TextUnformatted(p.wait_us > 0 ? format_time(p.wait_us).c_str() : "-");
@@ -91,37 +93,49 @@ void details_tab(AppState& app) {
 }
 
 void steps_tab(AppState& app) {
+  // Every step of every rank of each run: thousands of rows in a long profile, so only the rows
+  // on screen are laid out (ImGuiListClipper).
+  struct StepRow {
+    size_t run, rank;
+    const StepMetrics* step;
+  };
+  std::vector<StepRow> rows;
+  for (size_t r = 0; r < app.runs.size(); ++r)
+    for (size_t k = 0; k < app.runs[r].steps.size(); ++k)
+      for (const StepMetrics& s : app.runs[r].steps[k]) rows.push_back({r, k, &s});
   if (!ImGui::BeginTable("steps", 14, kTableFlags)) return;
   headers({"rank", "step", "step time", "compute", "comm", "overlapped", "exposed comm", "memcpy", "copy overlap",
            "idle", "peak allocated", "peak reserved", "intra-node sent", "network sent"});
-  for (size_t r = 0; r < app.runs.size(); ++r) {
-    const Run& run = app.runs[r];
-    for (size_t k = 0; k < run.steps.size(); ++k)
-      for (const StepMetrics& s : run.steps[k]) {
-        ImGui::TableNextRow();
-        ImGui::TableNextColumn();
-        char label[48];
-        std::snprintf(label, sizeof label, "%s%d##%zu.%d.%d", r ? "cmp " : "", s.rank, r, s.rank, s.step);
-        // Clicking a row shows that step.
-        if (ImGui::Selectable(label, false, ImGuiSelectableFlags_SpanAllColumns))
-          for (const StepWindow& w : run.model.ranks[k].timeline.steps)
-            if (w.step == s.step) app.fit(w.start_us + run.offset_us, w.end_us + run.offset_us);
-        ImGui::TableNextColumn();
-        ImGui::Text("%d", s.step);
-        time_cell(s.step_us);
-        share_cell(s.compute_us, s.step_us);
-        share_cell(s.comm_us, s.step_us);
-        share_cell(s.overlap_us, s.step_us);
-        share_cell(s.exposed_comm_us, s.step_us);
-        share_cell(s.memcpy_us, s.step_us);
-        share_cell(s.copy_overlap_us, s.step_us);
-        share_cell(s.idle_us, s.step_us);
-        bytes_cell(s.peak_allocated);
-        bytes_cell(s.peak_reserved);
-        bytes_cell(s.intra_node_bytes);  // what this rank's collectives sent over each link tier
-        bytes_cell(s.network_bytes);
-      }
-  }
+  ImGuiListClipper clipper;
+  clipper.Begin(static_cast<int>(rows.size()));
+  while (clipper.Step())
+    for (int i = clipper.DisplayStart; i < clipper.DisplayEnd; ++i) {
+      const auto& [r, k, step] = rows[static_cast<size_t>(i)];
+      const StepMetrics& s = *step;
+      const Run& run = app.runs[r];
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      char label[48];
+      std::snprintf(label, sizeof label, "%s%d##%zu.%d.%d", r ? "cmp " : "", s.rank, r, s.rank, s.step);
+      // Clicking a row shows that step.
+      if (ImGui::Selectable(label, false, ImGuiSelectableFlags_SpanAllColumns))
+        for (const StepWindow& w : run.model.ranks[k].timeline.steps)
+          if (w.step == s.step) app.fit(w.start_us + run.offset_us, w.end_us + run.offset_us);
+      ImGui::TableNextColumn();
+      ImGui::Text("%d", s.step);
+      time_cell(s.step_us);
+      share_cell(s.compute_us, s.step_us);
+      share_cell(s.comm_us, s.step_us);
+      share_cell(s.overlap_us, s.step_us);
+      share_cell(s.exposed_comm_us, s.step_us);
+      share_cell(s.memcpy_us, s.step_us);
+      share_cell(s.copy_overlap_us, s.step_us);
+      share_cell(s.idle_us, s.step_us);
+      bytes_cell(s.peak_allocated);
+      bytes_cell(s.peak_reserved);
+      bytes_cell(s.intra_node_bytes);  // what this rank's collectives sent over each link tier
+      bytes_cell(s.network_bytes);
+    }
   ImGui::EndTable();
 }
 
@@ -131,7 +145,8 @@ void range_tab(AppState& app) {
     return;
   }
   const auto [t0, t1] = *app.range;
-  ImGui::Text("%s to %s: %s", format_time(t0).c_str(), format_time(t1).c_str(), format_time(t1 - t0).c_str());
+  ImGui::Text("%s to %s: %s", format_time(t0 - app.time_origin()).c_str(), format_time(t1 - app.time_origin()).c_str(),
+              format_time(t1 - t0).c_str());
   // Recomputed only when the range changes: a drag moves it every frame, but a still range
   // should cost nothing on a big trace.
   if (app.range_rows_for != app.range) {
@@ -155,13 +170,9 @@ void range_tab(AppState& app) {
   ImGui::EndTable();
 }
 
-void compare_tab(const AppState& app) {
-  if (app.runs.size() < 2) {
-    ImGui::TextDisabled("Start with --compare PATH to put a second run below this one.");
-    return;
-  }
+void metrics_table(const AppState& app) {
   if (!ImGui::BeginTable("compare", 5, kTableFlags)) return;
-  headers({"per step, averaged over ranks", "run", "compared", "difference", "change"});
+  headers({"per step, rank average", "run", "compared", "difference", "change"});
   for (const CompareRow& row : compare_rows(app)) {
     auto fmt = [&](double v) { return row.bytes ? human_bytes(v) : format_time(v); };
     ImGui::TableNextRow();
@@ -181,6 +192,68 @@ void compare_tab(const AppState& app) {
     }
   }
   ImGui::EndTable();
+}
+
+// "12 -> 8" per step (counts are averages: fractions where ops run in some steps only).
+std::string count_text(const OperationRow& row) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%.4g -> %.4g", row.count[0], row.count[1]);
+  return text;
+}
+
+// Operation by operation, the largest difference in time first; a click outlines the
+// operation's slices in both runs and shows its first one.
+void operations_table(AppState& app) {
+  const std::vector<OperationRow> rows = operation_rows(app);
+  app.layout.operation_rows.clear();
+  if (!ImGui::BeginTable("operations", 8, kTableFlags)) return;
+  headers({"operation, per step", "kind", "count", "time: run", "compared", "difference", "exposed: run", "compared"});
+  std::string clicked;
+  ImGuiListClipper clipper;  // a real model has hundreds of operations: lay out the visible rows
+  clipper.Begin(static_cast<int>(rows.size()));
+  while (clipper.Step())
+    for (int i = clipper.DisplayStart; i < clipper.DisplayEnd; ++i) {
+      const OperationRow& row = rows[static_cast<size_t>(i)];
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      const std::string label = row.label + "##" + row.key;
+      if (ImGui::Selectable(label.c_str(), row.key == app.highlighted_op, ImGuiSelectableFlags_SpanAllColumns))
+        clicked = row.key;
+      if (ImGui::IsItemVisible()) app.layout.operation_rows.push_back({row.key, {ImGui::GetItemRectMin(), ImGui::GetItemRectMax()}});
+      ImGui::TableNextColumn();
+      ImGui::TextDisabled("%s", row.kind.c_str());
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(count_text(row).c_str());
+      time_cell(row.time_us[0]);
+      time_cell(row.time_us[1]);
+      ImGui::TableNextColumn();
+      const double diff = row.difference_us();
+      if (std::abs(diff) < 1e-3) ImGui::TextDisabled("same");
+      else ImGui::TextColored(diff < 0 ? kBetter : kWorse, "%s%s", diff > 0 ? "+" : "", format_time(diff).c_str());
+      for (double exposed : row.exposed_us) {
+        ImGui::TableNextColumn();
+        if (row.communication) ImGui::TextUnformatted(format_time(exposed).c_str());
+        else ImGui::TextDisabled("-");
+      }
+    }
+  ImGui::EndTable();
+  if (!clicked.empty()) app.highlight_op(clicked == app.highlighted_op ? std::string() : clicked);
+}
+
+// The two runs side by side: the per-step metrics, and operation by operation.
+void compare_tab(AppState& app) {
+  if (app.runs.size() < 2) {
+    ImGui::TextDisabled("Start with --compare PATH to put a second run below this one.");
+    return;
+  }
+  const ImVec2 avail = ImGui::GetContentRegionAvail();
+  ImGui::BeginChild("metrics", {std::min(avail.x * 0.36f, 560.f), 0});
+  metrics_table(app);
+  ImGui::EndChild();
+  ImGui::SameLine();
+  ImGui::BeginChild("operations");
+  operations_table(app);
+  ImGui::EndChild();
 }
 
 }  // namespace

@@ -28,6 +28,10 @@ double tick_step(const Mapping& m) {
   return 10 * p;
 }
 
+// The first tick in the window, as time since zero (the run's first event): ticks fall on
+// round times since then, not on round epoch microseconds.
+double first_tick(const Mapping& m, double zero, double step) { return std::ceil((m.t0 - zero) / step) * step; }
+
 // "12.5 ms" with as many decimals as the step needs to tell neighbouring ticks apart.
 std::string tick_label(double t, double step) {
   const double unit = step >= 1e6 ? 1e6 : step >= 1e3 ? 1e3 : step >= 1 ? 1 : 1e-3;
@@ -45,18 +49,21 @@ struct Drag {
   double t_start = 0;
 };
 
-void draw_ruler(ImDrawList* dl, const AppState& app, ImVec2 origin, const Mapping& m) {
+void draw_ruler(ImDrawList* dl, AppState& app, ImVec2 origin, const Mapping& m) {
   const float x1 = m.x0 + m.width;
   dl->AddRectFilled(origin, {x1, origin.y + kRulerHeight}, IM_COL32(38, 40, 46, 255));
   char window[64];
   std::snprintf(window, sizeof window, "window %s", format_time(m.t1 - m.t0).c_str());
   dl->AddText({origin.x + 6, origin.y + 5}, IM_COL32(170, 170, 180, 255), window);
-  const double step = tick_step(m);
+  const double step = tick_step(m), zero = app.time_origin();
   dl->PushClipRect({m.x0, origin.y}, {x1, origin.y + kRulerHeight}, true);
-  for (double t = std::ceil(m.t0 / step) * step; t < m.t1; t += step) {
-    const float x = m.x(t);
+  app.layout.ruler_ticks.clear();
+  for (double since = first_tick(m, zero, step); zero + since < m.t1; since += step) {
+    const float x = m.x(zero + since);
+    const std::string label = tick_label(since, step);
     dl->AddLine({x, origin.y + kRulerHeight - 8}, {x, origin.y + kRulerHeight}, IM_COL32(170, 170, 180, 255));
-    dl->AddText({x + 3, origin.y + 3}, IM_COL32(210, 210, 220, 255), tick_label(t, step).c_str());
+    dl->AddText({x + 3, origin.y + 3}, IM_COL32(210, 210, 220, 255), label.c_str());
+    app.layout.ruler_ticks.push_back(label);
   }
   if (app.range) {
     const float a = m.x(app.range->first), b = m.x(app.range->second);
@@ -150,9 +157,9 @@ void timeline(AppState& app, float height) {
   app.layout.lanes.clear();
 
   // Grid lines at the ruler's ticks, behind everything.
-  const double step = tick_step(f.map);
-  for (double t = std::ceil(f.map.t0 / step) * step; t < f.map.t1; t += step)
-    dl->AddLine({f.map.x(t), clip0.y}, {f.map.x(t), clip_y1}, IM_COL32(255, 255, 255, 18));
+  const double step = tick_step(f.map), zero = app.time_origin();
+  for (double since = first_tick(f.map, zero, step); zero + since < f.map.t1; since += step)
+    dl->AddLine({f.map.x(zero + since), clip0.y}, {f.map.x(zero + since), clip_y1}, IM_COL32(255, 255, 255, 18));
 
   f.lane_y.resize(app.runs.size());
   for (int r = 0; r < static_cast<int>(app.runs.size()); ++r) {
@@ -234,11 +241,13 @@ void timeline(AppState& app, float height) {
                         format_time(fold.t1 - fold.t0).c_str(), 100 * fold.busy_us / std::max(fold.t1 - fold.t0, 1e-9),
                         kMinSlicePx);
     } else if (f.hovered_counters) {
-      const double t = f.map.t(ImGui::GetMousePos().x) - f.hovered_counters_run->offset_us;
+      const double at = f.map.t(ImGui::GetMousePos().x);
+      const double t = at - f.hovered_counters_run->offset_us;
       ImGui::BeginTooltip();
       if (const AllocatorMarker* mark =
               allocator_marker_at(*f.hovered_counters_run, *f.hovered_counters, ImGui::GetMousePos().x, f.map)) {
-        ImGui::Text("%s at %s", std::string(allocator_event_name(mark->kind)).c_str(), format_time(mark->t_us).c_str());
+        ImGui::Text("%s at %s", std::string(allocator_event_name(mark->kind)).c_str(),
+                    format_time(mark->t_us + f.hovered_counters_run->offset_us - app.time_origin()).c_str());
         const nlohmann::json args =
             nlohmann::json::parse(f.hovered_counters_run->model.args_json[mark->args], nullptr, false);
         if (args.is_object())
@@ -249,7 +258,8 @@ void timeline(AppState& app, float height) {
                                                                   : value.dump().c_str());
         ImGui::Separator();
       }
-      ImGui::Text("at %s", format_time(t).c_str());
+      ImGui::Text("at %s", format_time(at - app.time_origin()).c_str());
+      ImGui::TextDisabled("in the file: %s", format_absolute(t).c_str());
       for (const Counter& c : f.hovered_counters->counters) {
         const auto it = std::partition_point(c.samples.begin(), c.samples.end(), [&](const auto& p) { return p.first <= t; });
         if (it != c.samples.begin()) ImGui::Text("%s: %s", c.name.c_str(), human_bytes(std::prev(it)->second).c_str());

@@ -37,6 +37,40 @@ std::string incomplete_text(const TraceModel& model) {
          " rank files are marked incomplete, each ending where its rank stopped";
 }
 
+// A run's files that failed to open, one line each (folded when there are many): the rest of
+// the run is open below them. (Files that are not traces, summary.json, are listed by the
+// toolbar's "skipped" note instead: expected beside rank files, they need no warning.)
+void not_opened_lines(const TraceModel& model, bool compared) {
+  std::vector<const NotOpened*> files;
+  for (const NotOpened& n : model.not_opened)
+    if (!n.not_a_trace) files.push_back(&n);
+  if (files.empty()) return;
+  const char* which = compared ? " (compared run)" : "";
+  ImGui::PushStyleColor(ImGuiCol_Text, kWarningColor);
+  if (files.size() <= 3) {
+    for (const NotOpened* n : files) ImGui::TextWrapped("Not opened%s: %s: %s", which, n->file.c_str(), n->why.c_str());
+  } else if (ImGui::TreeNode(compared ? "not opened compared" : "not opened", "%zu files not opened%s", files.size(),
+                             which)) {
+    for (const NotOpened* n : files) ImGui::TextWrapped("%s: %s", n->file.c_str(), n->why.c_str());
+    ImGui::TreePop();
+  }
+  ImGui::PopStyleColor();
+}
+
+// "1 file skipped (not a trace)": the files that are not traces (summary.json), listed when hovered.
+void skipped_note(const std::vector<Run>& runs) {
+  std::vector<const NotOpened*> skipped;
+  for (const Run& run : runs)
+    for (const NotOpened& n : run.model.not_opened)
+      if (n.not_a_trace) skipped.push_back(&n);
+  if (skipped.empty()) return;
+  ImGui::TextDisabled("%zu file%s skipped (not a trace)", skipped.size(), skipped.size() == 1 ? "" : "s");
+  if (!ImGui::IsItemHovered()) return;
+  ImGui::BeginTooltip();
+  for (const NotOpened* n : skipped) ImGui::Text("%s: %s", n->file.c_str(), n->why.c_str());
+  ImGui::EndTooltip();
+}
+
 bool on_disk(const std::string& p) {
   std::error_code ec;
   return !p.empty() && fs::exists(p, ec);
@@ -223,9 +257,14 @@ void Viewer::on_drop(int count, const char** paths) {
 
 void Viewer::show(std::vector<Run> runs) {
   app.set_runs(std::move(runs));
+  if (headless_)
+    for (const Run& run : app.runs)
+      for (const NotOpened& n : run.model.not_opened)
+        std::fprintf(stderr, "shardlab-view: %s %s: %s\n", n.not_a_trace ? "skipped" : "not opened", n.file.c_str(),
+                     n.why.c_str());
   if (initial_range) {
-    app.view_t0 = initial_range->first;
-    app.view_t1 = initial_range->second;
+    app.view_t0 = app.time_origin() + initial_range->first;
+    app.view_t1 = app.time_origin() + initial_range->second;
     initial_range.reset();
   }
   std::string label = app.runs.empty() ? "" : app.runs[0].label;
@@ -323,6 +362,7 @@ void Viewer::ui() {
       ImGui::TextWrapped("Incomplete%s: %s", i == 0 ? "" : " (compared run)", text.c_str());
       ImGui::PopStyleColor();
     }
+  for (size_t i = 0; i < app.runs.size(); ++i) not_opened_lines(app.runs[i].model, i > 0);
   toolbar(app);
   ImGui::SameLine(0, 24);
   ImGui::TextDisabled("%zu ranks, %zu events", app.runs[0].model.ranks.size(), app.runs[0].model.events);
@@ -381,7 +421,9 @@ void Viewer::open_bar() {
     if (cancel) loader_.cancel();
   } else if (app.runs.size() > 1) {
     ImGui::TextDisabled("compared with %s", app.runs[1].label.c_str());
+    ImGui::SameLine();
   }
+  skipped_note(app.runs);
   ImGui::EndMenuBar();
 }
 
@@ -402,7 +444,7 @@ void Viewer::empty_window() {
   ImGui::SetCursorPos({x, ImGui::GetCursorPosY() + std::max(16.f, size.y * 0.3f)});
   ImGui::TextUnformatted("No run open.");
   ImGui::Spacing();
-  for (const char* line : {"Drop a run directory (every rank<R>.json in it) or trace files onto this window,",
+  for (const char* line : {"Drop a run directory (every *.json and *.json.gz trace in it) or trace files onto this window,",
                            "or type its path in the field above and press Enter or Open (Ctrl+L goes there),",
                            "or give it on the command line:  shardlab-view traces/03_bucketed_ddp",
                            "Two run directories dropped together (or --compare) are shown one above the other."}) {
@@ -441,10 +483,17 @@ nlohmann::json Viewer::state() const {
   const ImGuiIO& io = ImGui::GetIO();
   json runs = json::array();
   for (const Run& run : app.runs) {
-    json files = json::array();
-    for (const Rank& r : run.model.ranks) files.push_back(r.file);
+    json files = json::array(), rank_files = json::array(), not_opened = json::array();
+    for (const Rank& r : run.model.ranks) {
+      files.push_back(r.file);
+      rank_files.push_back({{"rank", r.rank}, {"file", r.file}, {"rank_from", rank_source_name(r.rank_from)}});
+    }
+    for (const NotOpened& n : run.model.not_opened)
+      not_opened.push_back({{"file", n.file}, {"why", n.why}, {"not_a_trace", n.not_a_trace}});
     runs.push_back({{"label", run.label},
                     {"files", files},
+                    {"rank_files", rank_files},
+                    {"not_opened", not_opened},
                     {"ranks", run.model.ranks.size()},
                     {"events", run.model.events},
                     {"start_us", run.model.start_us},
@@ -505,6 +554,17 @@ nlohmann::json Viewer::state() const {
                        {"change", change.text},
                        {"verdict", verdict_name(change.verdict)}});
   }
+  json operations = json::array(), operation_boxes = json::array();
+  for (const OperationRow& row : operation_rows(app))
+    operations.push_back({{"key", row.key},
+                          {"kind", row.kind},
+                          {"label", row.label},
+                          {"communication", row.communication},
+                          {"count", row.count},
+                          {"time_us", row.time_us},
+                          {"exposed_us", row.exposed_us}});
+  for (const AppState::Layout::OperationBox& b : app.layout.operation_rows)
+    operation_boxes.push_back({{"key", b.key}, {"rect", rect(b.rect)}});
   json shown = json::object(), boxes = json::object();
   for (int c = 0; c < kCategories; ++c) {
     shown[category_name(static_cast<ViewCategory>(c))] = app.show_category[static_cast<size_t>(c)];
@@ -512,6 +572,7 @@ nlohmann::json Viewer::state() const {
   }
   return {{"frame", frames_},
           {"display", {io.DisplaySize.x, io.DisplaySize.y}},
+          {"time_origin_us", app.time_origin()},
           {"view", {{"t0", app.view_t0}, {"t1", app.view_t1}}},
           {"full", {{"t0", app.full_t0()}, {"t1", app.full_t1()}}},
           {"runs", runs},
@@ -530,14 +591,19 @@ nlohmann::json Viewer::state() const {
           {"search_matches", app.match_count},
           {"align_step", app.align_step},
           {"compare_rows", compare},
+          {"compare_operations", operations},
+          {"highlighted_op", app.highlighted_op},
+          {"highlighted_first", slice_json(app, app.highlighted_first())},
           {"show_category", shown},
           {"layout",
            {{"track_x0", app.layout.track_x0},
             {"track_width", app.layout.track_width},
             {"tracks_top", app.layout.tracks_top},
             {"tracks_bottom", app.layout.tracks_bottom},
+            {"ruler_ticks", app.layout.ruler_ticks},
             {"search_field", rect(app.layout.search_field)},
             {"category_boxes", boxes},
+            {"operation_rows", operation_boxes},
             {"path_field", rect(path_rect_)},
             {"open_button", rect(open_rect_)},
             {"compare_button", rect(compare_rect_)},

@@ -49,7 +49,8 @@ class Viewer {
   bool open(const ViewerOptions& options);
 
   AppState app;
-  // Applied to the first run shown (the command line's --range), then forgotten.
+  // Applied to the first run shown (the command line's --range: microseconds since the run's first
+  // event), then forgotten.
   std::optional<std::pair<double, double>> initial_range;
 
   // Starts loading in the background (the path field, drops and the command line come here).
@@ -59,6 +60,7 @@ class Viewer {
   // directories open as a run and the run compared with it.
   void on_drop(int count, const char** paths);
   // Shows loaded runs now (the headless screenshot and the benchmark load before any frame).
+  // Headless, the files they left unopened are listed on stderr as well as in the window.
   void show(std::vector<Run> runs);
   bool loading() const { return loader_.busy(); }
   const std::string& error() const { return error_; }

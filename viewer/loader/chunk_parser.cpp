@@ -17,8 +17,11 @@ namespace {
 // 1e308. (Microseconds since 1970, as PyTorch 1.8 wrote them, are about 1.6e15.)
 constexpr double kMaxTimeUs = 1e17;
 
-// Categories as Kineto writes them today, and as PyTorch 1.8/1.9 did (Kernel, Memcpy, Runtime,
-// Operator, ...).
+// Categories as Kineto writes them today (2.x: gpu_user_annotation for record_function ranges
+// repeated on the streams, python_function for with_stack's Python frames), and as PyTorch
+// 1.8/1.9 did (Kernel, Memcpy, Runtime, Operator, ...). Communication kernels are named nccl...:
+// ncclDevKernel_AllReduce_Sum_f32_RING_LL (NCCL 2.19 on), ncclKernel_AllReduce_RING_LL_Sum_float
+// (before), shardlab's ncclAllReduce.
 Category category_of(std::string_view cat, std::string_view name) {
   if (cat == "kernel" || cat == "Kernel") {
     if (name.starts_with("nccl:wait")) return Category::comm_wait;
@@ -27,7 +30,7 @@ Category category_of(std::string_view cat, std::string_view name) {
   if (cat == "gpu_memcpy" || cat == "gpu_memset" || cat == "Memcpy" || cat == "Memset") return Category::memcpy;
   if (cat == "cuda_runtime" || cat == "cuda_driver" || cat == "Runtime") return Category::runtime;
   if (cat == "cpu_op" || cat == "python_function" || cat == "Operator" || cat == "python") return Category::cpu_op;
-  if (cat == "user_annotation") return Category::annotation;
+  if (cat == "user_annotation" || cat == "gpu_user_annotation") return Category::annotation;
   return Category::other;
 }
 
@@ -422,8 +425,12 @@ void ChunkParser::finish_event() {
         return;
       }
       if ((e.ph == 'i' || e.ph == 'I') && e.name == "[memory]") {  // Kineto's memory events
-        if (e.device_type == 0 || !e.total_allocated) return;       // host memory
+        if (!e.total_allocated) return;
         const double allocated = *e.total_allocated, reserved = e.total_reserved.value_or(0);
+        if (e.device_type == 0) {  // host memory (Device Type 0, CPU): drawn, not a GPU metric
+          part_.counters["CPU memory allocated"].emplace_back(e.ts, allocated);
+          return;
+        }
         part_.memory.push_back({e.ts, to_bytes(allocated), to_bytes(reserved)});
         part_.counters["GPU memory allocated"].emplace_back(e.ts, allocated);
         part_.counters["GPU memory reserved"].emplace_back(e.ts, reserved);
