@@ -54,17 +54,21 @@ inline void ring_allreduce(Comm& comm, const Tensor& buf, const Tensor& scratch,
 
   // Reduce-scatter. The receive lands in scratch; the add runs on the same stream, so it is
   // ordered after the receive and before the next step's receive reuses scratch.
+  // lab: begin 01.reduce-scatter "the ring's reduce-scatter steps" #the-algorithm uses(comm, dev, scratch, s, n, r, chunk, right, left, piece)
   for (int k = 0; k < n - 1; ++k) {
     const int send = wrap(r - k, n), recv = wrap(r - k - 1, n);
     const Tensor incoming = scratch.view(0, {chunk.size(recv)});
     comm.sendrecv(piece(send), right, incoming, left, s);
     shardlab::ops::add_(dev, s, piece(recv), incoming);
   }
+  // lab: end
   // All-gather: complete chunks travel on around the ring, received in place.
+  // lab: begin 01.all-gather "the ring's all-gather steps" #the-algorithm uses(comm, s, n, r, right, left, piece)
   for (int k = 0; k < n - 1; ++k) {
     const int send = wrap(r + 1 - k, n), recv = wrap(r - k, n);
     comm.sendrecv(piece(send), right, piece(recv), left, s);
   }
+  // lab: end
 }
 
 // The naive all-reduce: reduce everything to rank 0, then send the sum back out, one rank at a

@@ -34,6 +34,7 @@ using namespace shardlab;
 // first bucket capped at first_cap bytes, the others at cap. Returns parameter indices per
 // bucket, each bucket in the order it is filled.
 inline std::vector<std::vector<int>> assign_buckets(const std::vector<int64_t>& bytes, int64_t first_cap, int64_t cap) {
+  // lab: begin 03.assign-buckets "assigning parameters to buckets" #the-idea uses(bytes, first_cap, cap)
   std::vector<std::vector<int>> buckets(1);
   int64_t filled = 0;
   for (int i = static_cast<int>(bytes.size()) - 1; i >= 0; --i) {
@@ -46,6 +47,7 @@ inline std::vector<std::vector<int>> assign_buckets(const std::vector<int64_t>& 
     }
   }
   return buckets;
+  // lab: end
 }
 
 // The parameter order of the flat buffers: bucket after bucket, so each bucket is one slice.
@@ -82,6 +84,7 @@ class Reducer {
 
   // After unit `unit`'s backward: its parameters' gradients are final.
   void unit_done(const GPT& model, int unit) {
+    // lab: begin 03.reducer-hook "the reducer's hook: launching complete buckets" #the-idea uses(model, unit)
     for (int i : model.params_of_unit(unit)) --pending_[static_cast<size_t>(bucket_of_[static_cast<size_t>(i)])];
     Device& dev = job_.device();
     // Launch every bucket that is complete, in bucket order: a complete bucket behind an
@@ -93,6 +96,7 @@ class Reducer {
       job_.world().all_reduce(views_[next_], ReduceOp::avg, comm_);
       ++next_;
     }
+    // lab: end
   }
 
   // Before the optimizer: every bucket launched, and the compute stream waits for them.
