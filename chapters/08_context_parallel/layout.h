@@ -42,7 +42,7 @@ class SequenceLayout {
   // Rank `rank` of `ranks` sharing sequences of S tokens; S must divide into 2N chunks (zigzag)
   // or N (contiguous): the chapter checks the flags before step 1.
   SequenceLayout(Layout layout, int ranks, int rank, int64_t S, AttentionMask mask = AttentionMask::causal)
-      : layout_(layout), mask_(mask), N_(ranks), r_(rank), S_(S), local_(S / ranks) {}
+      : layout_(layout), mask_(mask), N_(ranks), r_(rank), local_(S / ranks) {}
 
   Layout layout() const { return layout_; }
   int64_t local_tokens() const { return local_; }
@@ -95,7 +95,7 @@ class SequenceLayout {
   Layout layout_;
   AttentionMask mask_;
   int N_, r_;
-  int64_t S_, local_;
+  int64_t local_;  // tokens this rank holds, S / N
 };
 
 }  // namespace ch08
