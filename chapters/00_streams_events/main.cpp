@@ -97,6 +97,7 @@ void serialized(Device& dev, const HostData& h, Buffers& b) {
 enum class Pipeline { correct, missing_wait, late_event };
 
 void overlapped(Device& dev, Stream& copy, const HostData& h, Buffers& b, Pipeline kind) {
+  // lab: begin 00.overlap "the overlapped pipeline: two streams ordered by events" #the-idea uses(dev, copy, h, b, kind)
   Stream& compute = dev.compute_stream();
   std::vector<Event> in_ready(opt.chunks);
 
@@ -123,6 +124,7 @@ void overlapped(Device& dev, Stream& copy, const HostData& h, Buffers& b, Pipeli
     // dependency the data never needed.
     if (next && kind == Pipeline::late_event) in_ready[i + 1] = dev.record(copy);
   }
+  // lab: end
 }
 
 // How many results differ from the reference, bit for bit (the same math in the same order).

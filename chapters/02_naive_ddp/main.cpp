@@ -63,9 +63,11 @@ void lesson(Job& job) {
     //    The comm stream waits for backward to finish; the optimizer waits for the comm stream.
     {
       HostScope scope(dev, "all-reduce gradients");
+      // lab: begin 02.average-gradients "averaging the gradients: one all-reduce per tensor, on the comm stream" #the-idea uses(job, dev, compute, comm, model)
       dev.wait(comm, dev.record(compute));
       for (const Tensor& g : model.grads()) job.world().all_reduce(g, ReduceOp::avg, comm);
       dev.wait(compute, dev.record(comm));
+      // lab: end
     }
 
     // 4. The same step on every replica.

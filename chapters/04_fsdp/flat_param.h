@@ -39,9 +39,19 @@ using namespace shardlab;
 struct ShardLayout {
   int64_t numel;  // N, the unit's parameters
   int world;      // W
-  int64_t shard() const { return (numel + world - 1) / world; }
+  // Elements every rank holds: N / W rounded up.
+  int64_t shard() const {
+    // lab: begin 04.shard-geometry "the shard geometry: shard size, and the real elements of each shard" #the-flatparameter uses()
+    return (numel + world - 1) / world;
+    // lab: end
+  }
   int64_t padded() const { return shard() * world; }
-  int64_t valid(int rank) const { return std::clamp<int64_t>(numel - rank * shard(), 0, shard()); }
+  // Elements of rank `rank`'s shard that are parameters, not padding.
+  int64_t valid(int rank) const {
+    // lab: begin 04.shard-geometry "the shard geometry: shard size, and the real elements of each shard" #the-flatparameter uses(rank)
+    return std::clamp<int64_t>(numel - rank * shard(), 0, shard());
+    // lab: end
+  }
   int64_t padding(int rank) const { return shard() - valid(rank); }
 };
 
@@ -107,6 +117,7 @@ class FlatParam {
   // All-gather the shards into the whole padded flat buffer, on the unshard stream; the
   // parameters become views into its first N elements.
   void unshard(Stream& unshard_stream) {
+    // lab: begin 04.unshard "unshard: all-gather the shards into the flat parameter, on the unshard stream" #the-flatparameter uses(unshard_stream)
     Device& dev = job_.device();
     if (!sharded()) {
       full_ = shard_;  // nothing to gather: the shard is the whole thing
@@ -116,6 +127,7 @@ class FlatParam {
     }
     ready_ = dev.record(unshard_stream);
     bind_views(model_.weights(), full_, model_.params(), params_);
+    // lab: end
   }
 
   // The compute stream must not read the parameters before the all-gather has written them.
@@ -162,6 +174,7 @@ class FlatParam {
   // The first: predivide and reduce-scatter on `post`; returns this rank's shard of the sum,
   // allocated on `post` (a group of one has nothing to scatter: the gradient itself).
   Tensor reduce_scatter_grad(Stream& compute, Stream& post) {
+    // lab: begin 04.reduce-grad "reduce_grad: predivide, reduce-scatter on the post-backward stream, postdivide, accumulate" #the-step uses(compute, post)
     Device& dev = job_.device();
     release_grad_views();
     dev.wait(post, dev.record(compute));  // the gradients exist before they travel
@@ -170,9 +183,11 @@ class FlatParam {
     Tensor reduced = dev.empty({layout_.shard()}, DType::f32, post, name_ + ".reduced_grad");
     group_.reduce_scatter(full_grad_, reduced, ReduceOp::sum, post);
     return reduced;
+    // lab: end
   }
   // The second, on stream `s`: postdivide, accumulate into this rank's gradient shard, free.
   void accumulate_grad(Tensor reduced, Stream& s, Stream& post) {
+    // lab: begin 04.reduce-grad "reduce_grad: predivide, reduce-scatter on the post-backward stream, postdivide, accumulate" #the-step uses(reduced, s, post)
     Device& dev = job_.device();
     const bool is_gradient = reduced.alloc_id == full_grad_.alloc_id;  // a group of one scattered nothing
     ops::scale_(dev, s, reduced, static_cast<float>(1.0 / gradient_factors(grad_world()).post));
@@ -185,6 +200,7 @@ class FlatParam {
     dev.record_stream(full_grad_, post);
     if (is_gradient && &s != &post) dev.record_stream(full_grad_, s);
     dev.free(full_grad_);
+    // lab: end
   }
 
   void zero_grad(Stream& compute) { ops::fill(job_.device(), compute, grad_shard_, 0.0f); }

@@ -57,8 +57,17 @@ class ExecOrder {
   // recorded again in the next step.
   void next_step() { first_step_ = false, post_forward_.clear(); }
 
-  std::optional<int> forward_target(int u) const { return neighbour(pre_forward_, u, +1); }
-  std::optional<int> backward_target(int u) const { return neighbour(post_forward_, u, -1); }
+  // The unit to prefetch after unit u's hook, if any.
+  std::optional<int> forward_target(int u) const {
+    // lab: begin 05.prefetch-target "which unit to prefetch: the next in forward, the one before in backward" #when-each-mode-issues-the-all-gather uses(u)
+    return neighbour(pre_forward_, u, +1);
+    // lab: end
+  }
+  std::optional<int> backward_target(int u) const {
+    // lab: begin 05.prefetch-target "which unit to prefetch: the next in forward, the one before in backward" #when-each-mode-issues-the-all-gather uses(u)
+    return neighbour(post_forward_, u, -1);
+    // lab: end
+  }
 
  private:
   static bool contains(const std::vector<int>& order, int u) {
@@ -105,12 +114,14 @@ class FsdpRuntime {
 
   void pre_forward(int u) {
     HostScope scope(dev_, "FullyShardedDataParallel._pre_forward");
+    // lab: begin 05.unshard-hooks "the pre-forward and pre-backward hooks: unshard unless prefetched, wait, THEN prefetch" #the-hooks uses(u)
     order_.record_pre_forward(u);
     Unit& x = unit(u);
     if (!x.prefetched) unshard(x);
     x.needs_pre_forward_unshard = false;
     dev_.wait(compute_, dev_.record(unshard_));  // compute waits for what is queued so far...
     if (options_.forward_prefetch) prefetch(order_.forward_target(u), /*backward=*/false);  // ...then the prefetch
+    // lab: end
   }
 
   void post_forward(int u) {
@@ -128,12 +139,14 @@ class FsdpRuntime {
     Unit& x = unit(u);
     if (x.ran_pre_backward) return;  // once per unit, however many outputs it has
     HostScope scope(dev_, "FullyShardedDataParallel._pre_backward_hook");
+    // lab: begin 05.unshard-hooks "the pre-forward and pre-backward hooks: unshard unless prefetched, wait, THEN prefetch" #the-hooks uses(u)
     if (x.needs_pre_backward_unshard) {
       if (!x.prefetched) unshard(x);
       dev_.wait(compute_, dev_.record(unshard_));
     }
     x.needs_pre_backward_unshard = false;
     if (options_.backward_prefetch == BackwardPrefetch::pre) prefetch(order_.backward_target(u), /*backward=*/true);
+    // lab: end
     x.flat->begin_grad(compute_);
     x.ran_pre_backward = true;
   }

@@ -40,10 +40,12 @@ class FreeEventQueue {
 
   // The oldest event, if as many are in flight as allowed; nothing otherwise.
   std::optional<Event> dequeue_if_needed() {
+    // lab: begin 06.free-event-queue "the free-event queue and the CPU's wait before an all-gather" #why-the-allocator-thrashes uses()
     if (queue_.size() < max_inflight_) return std::nullopt;
     Event oldest = std::move(queue_.front());
     queue_.pop_front();
     return oldest;
+    // lab: end
   }
 
   size_t size() const { return queue_.size(); }
@@ -72,6 +74,7 @@ class RateLimitedRuntime : public ch05::FsdpRuntime {
  protected:
   // _unshard: before the all-gather, wait on the CPU for the oldest free if the queue is full.
   void before_unshard() override {
+    // lab: begin 06.free-event-queue "the free-event queue and the CPU's wait before an all-gather" #why-the-allocator-thrashes uses()
     if (!queue_) return;
     if (std::optional<Event> oldest = queue_->dequeue_if_needed()) {
       HostScope scope(dev_, "FullyShardedDataParallel.rate_limiter");
@@ -80,11 +83,14 @@ class RateLimitedRuntime : public ch05::FsdpRuntime {
       ++waits_;
       wait_ns_ += dev_.now_ns() - t0;
     }
+    // lab: end
   }
 
   // _reshard: the memory was freed on the CPU; the event says when the GPU is done with it.
   void after_free() override {
+    // lab: begin 06.free-event-queue "the free-event queue and the CPU's wait before an all-gather" #why-the-allocator-thrashes uses()
     if (queue_) queue_->enqueue(dev_.record(compute_));
+    // lab: end
   }
 
  private:

@@ -46,11 +46,13 @@ struct Mesh {
 
 // Both groups are world.split()s, so every rank must call this, in the same order.
 inline Mesh make_mesh(Comm& world, int replicas, int shards) {
+  // lab: begin 07.mesh "the mesh: a shard group per node, a replicate group per local rank" #the-mesh uses(world, replicas, shards)
   const int r = world.rank();
   Mesh mesh{replicas, shards, nullptr, nullptr};
   mesh.shard_group = world.split(/*color=*/r / shards, /*key=*/r % shards);      // my node's ranks
   mesh.replicate_group = world.split(/*color=*/r % shards, /*key=*/r / shards);  // my local rank's peers
   return mesh;
+  // lab: end
 }
 
 // Chapters 05 and 06's runtime (hooks, prefetching, rate limiter) reducing gradients the HSDP
@@ -65,6 +67,7 @@ class HybridRuntime : public ch06::RateLimitedRuntime {
 
  protected:
   void reduce_grad(ch04::FlatParam& flat) override {
+    // lab: begin 07.reduce-grad "HSDP's gradient: reduce-scatter in the node, then all-reduce across replicas" #the-mesh uses(flat)
     if (!replicate_ || flat.grad_world() == 1) return RateLimitedRuntime::reduce_grad(flat);  // world 1: nothing
     // Predivide and reduce-scatter inside the node, on post_backward, as chapter 04 does...
     Tensor shard = flat.reduce_scatter_grad(compute_, post_);
@@ -75,11 +78,14 @@ class HybridRuntime : public ch06::RateLimitedRuntime {
     replicate_->all_reduce(shard, ReduceOp::sum, all_reduce_);
     // Postdivide by N / f (N = R x S) and accumulate, after the all-reduce, on its stream.
     flat.accumulate_grad(shard, all_reduce_, post_);
+    // lab: end
   }
 
   void wait_for_gradients() override {
+    // lab: begin 07.reduce-grad "HSDP's gradient: reduce-scatter in the node, then all-reduce across replicas" #the-mesh uses()
     RateLimitedRuntime::wait_for_gradients();
     if (replicate_) dev_.wait(compute_, dev_.record(all_reduce_));  // the optimizer reads the sums
+    // lab: end
   }
 
  private:

@@ -56,9 +56,11 @@ class SequenceLayout {
     if (layout_ == Layout::contiguous) {
       chunk(r_ * local_, local_);
     } else {
+      // lab: begin 08.zigzag "the zigzag layout: each rank's early and late chunk" #zigzag-the-same-work-on-every-rank uses(chunk)
       const int64_t c = local_ / 2;
       chunk(r_ * c, c);
       chunk((2 * N_ - 1 - r_) * c, c);
+      // lab: end
     }
     return out;
   }
@@ -78,9 +80,11 @@ class SequenceLayout {
     if (step == 0) return {true, AttentionMask::causal, {}, {}};
     const int j = owner(step);
     if (layout_ == Layout::contiguous) return j < r_ ? Block{} : Block{false, AttentionMask::none, {}, {}};
+    // lab: begin 08.step-cases "the zigzag step cases: which queries see which keys of a chunk" #zigzag-the-same-work-on-every-rank uses(j)
     const int64_t c = local_ / 2;
     if (j < r_) return {true, AttentionMask::none, {}, {0, c}};  // every query, the early half of the keys
     return {true, AttentionMask::none, {c, c}, {}};              // the late half of the queries, every key
+    // lab: end
   }
 
   // The unmasked score entries of a block, per sequence and head: what its kernel computes.

@@ -63,6 +63,7 @@ class RingAttention : public AttentionCore {
     // One step's partial result, merged into (out, lse).
     Tensor part_out = dev_.empty(out.shape, DType::f32, attention_, "attention.out (step)");
     Tensor part_lse = dev_.empty(lse.shape, DType::f32, attention_, "attention.lse (step)");
+    // lab: begin 08.ring-forward "the ring's forward steps: pass the chunk on, attend to it, merge by log-sum-exp" #the-ring uses(layer, out, lse, q, k, v, N, kv, part_out, part_lse)
     int64_t entries = 0;
     for (int step = 0; step < N; ++step) {
       const Tensor& chunk = kv[step % 2];
@@ -80,6 +81,7 @@ class RingAttention : public AttentionCore {
       if (step + 1 < N) dev_.wait(attention_, arrived);  // the next step's chunk is here
     }
     if (layer == 0) score_entries_ = entries;
+    // lab: end
     for (Tensor* t : {&part_lse, &part_out, &kv[1], &kv[0]}) dev_.free(*t);
     dev_.wait(s, dev_.record(attention_));  // the block goes on with out and lse
   }
