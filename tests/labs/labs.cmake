@@ -4,9 +4,37 @@
 # bug hunts are built and graded in their own build (check_labs.py): both cores for about 6
 # minutes on a quiet 2-core machine, half of it the students' tree's first build
 # (`ctest -LE labs` leaves it out).
-add_test(NAME "labs: the solution meets every lab's performance target, and each exercise has tests"
-         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/labs/grade --list --build ${CMAKE_BINARY_DIR})
-set_tests_properties("labs: the solution meets every lab's performance target, and each exercise has tests" PROPERTIES TIMEOUT 120 PROCESSORS 2)
+# The solution grades 100%: the grading tests of every chapter (labs.json's `tests`) are this
+# test's fixture setups, so ctest runs it only once every one of them has passed (a failed setup
+# leaves it "Not Run", a failure); then `grade --list` checks the exercises' tests, their README
+# sections and the performance targets. No test runs twice. The unit tests are discovered after
+# the build, so a file ctest reads after their list marks theirs.
+set(_solution "labs: the solution grades 100%: every grading test passed, every performance target met")
+file(READ ${CMAKE_CURRENT_SOURCE_DIR}/labs/labs.json _labs)
+string(JSON _chapters GET "${_labs}" chapters)
+string(JSON _count LENGTH "${_chapters}")
+math(EXPR _last "${_count} - 1")
+set(_grading_regexes "")
+foreach(_i RANGE ${_last})
+  string(JSON _chapter MEMBER "${_chapters}" ${_i})
+  string(JSON _regex GET "${_chapters}" ${_chapter} tests)
+  list(APPEND _grading_regexes "${_regex}")
+endforeach()
+get_property(_all_tests DIRECTORY PROPERTY TESTS)
+set(_unit_setups "foreach(_test IN LISTS shardlab_tests_TESTS)\n")
+foreach(_regex IN LISTS _grading_regexes)
+  foreach(_test IN LISTS _all_tests)
+    if(_test MATCHES "${_regex}")
+      set_property(TEST "${_test}" APPEND PROPERTY FIXTURES_SETUP lab_solution)
+    endif()
+  endforeach()
+  string(APPEND _unit_setups "  if(_test MATCHES [=[${_regex}]=])\n    set_tests_properties(\"\${_test}\" PROPERTIES FIXTURES_SETUP lab_solution)\n  endif()\n")
+endforeach()
+string(APPEND _unit_setups "endforeach()\n")
+file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/lab_solution_unit_tests.cmake "${_unit_setups}")
+set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${CMAKE_CURRENT_BINARY_DIR}/lab_solution_unit_tests.cmake)
+add_test(NAME "${_solution}" COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/labs/grade --list --build ${CMAKE_BINARY_DIR})
+set_tests_properties("${_solution}" PROPERTIES TIMEOUT 120 PROCESSORS 2 FIXTURES_REQUIRED lab_solution)
 add_test(NAME "labs: student trees build with -Werror and fail exactly their exercises' tests, bug hunts their test, found by their tool"
          COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/labs/check_labs.py ${CMAKE_BINARY_DIR}/labs --jobs 2)
 set_tests_properties("labs: student trees build with -Werror and fail exactly their exercises' tests, bug hunts their test, found by their tool"
