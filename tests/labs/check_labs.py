@@ -101,15 +101,16 @@ class Checker:
         print(f"  graded chapters {', '.join(stubbed)} in {time.monotonic() - started:.0f} s")
         return reports
 
-    def check_round(self, tree, checked, first):
+    def check_round(self, tree, checked, first, build_all):
         """tree: every exercise stubbed in the tree; checked: {chapter: its exercises stubbed, in
         the order a run reaches them} for the chapters this round grades; first: those of them
-        in their first round, or every chapter's targets built when it is the students' tree."""
+        in their first round; build_all: build every chapter's targets (the students' tree),
+        not only those of the chapters graded."""
         print(f"round: {', '.join(e for es in checked.values() for e in es)} left to do, chapters {', '.join(checked)} graded")
-        chapters = MANIFEST["chapters"] if first == "all" else checked
-        if not self.write_tree(["--exercises", ",".join(sorted(tree))], {t for c in chapters for t in MANIFEST["chapters"][c]["targets"]}):
+        built = MANIFEST["chapters"] if build_all else checked
+        if not self.write_tree(["--exercises", ",".join(sorted(tree))], {t for c in built for t in MANIFEST["chapters"][c]["targets"]}):
             return
-        reports = self.grade(checked, set(checked) if first == "all" else first)
+        reports = self.grade(checked, first)
         for chapter, chapter_exercises in checked.items():
             report = reports[chapter]
             entries = {**report["exercises"], "other": report["other"]}
@@ -181,7 +182,7 @@ def main():
     args = parser.parse_args()
     checker = Checker(args.work.resolve(), args.jobs)
     for number, (tree, checked, first) in enumerate(schedule(MANIFEST["chapters"])):
-        checker.check_round(tree, checked, "all" if number == 0 else first)
+        checker.check_round(tree, checked, first, build_all=number == 0)
     for name, bug in MANIFEST["bugs"].items():
         checker.check_bug(name, bug)
     print(f"check_labs: {len(checker.problems)} problem(s)" if checker.problems else "check_labs: every lab checks out")
