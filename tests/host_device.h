@@ -4,6 +4,9 @@
 // time it exists, and times are the wall clock: a GPU whose every stream finishes its work the
 // moment it is queued. Code that branches on "not the sim" (MpiComm's host staging, which the
 // CUDA device uses with --comm mpi) can so be tested on any machine, at every world size.
+// Its trace, like CudaDevice's, learns when a collective ended only at a synchronize: each
+// slice waits in the same in-flight queue (in_flight.h) until its stream or the whole device
+// is synchronized, so slices of two streams leave that queue out of issue order as on a GPU.
 #pragma once
 
 #include <chrono>
@@ -14,6 +17,7 @@
 #include <string>
 
 #include "device/device.h"
+#include "device/in_flight.h"
 
 namespace shardlab {
 
@@ -42,9 +46,9 @@ class HostDevice final : public Device, private AllocatorBackend {
   }
   Event record(Stream& s) override { return Event{std::make_shared<EventState>(), s.id()}; }
   void wait(Stream&, const Event&) override {}
-  void synchronize(const Event&) override {}
-  void synchronize(Stream&) override {}
-  void synchronize() override {}
+  void synchronize(const Event& e) override { finish(e.stream_id); }
+  void synchronize(Stream& s) override { finish(s.id()); }
+  void synchronize() override { finish(-1); }
   bool query(const Event&) override { return true; }
   double elapsed_us(const Event&, const Event&) override { return 0; }
   int64_t now_ns() override {
@@ -60,8 +64,14 @@ class HostDevice final : public Device, private AllocatorBackend {
   CollectiveMark begin_collective(Stream&) override { return {now_ns(), nullptr}; }
   void end_collective(Stream& s, const CollectiveMark& m, std::string_view api, const CollectiveArgs& c) override {
     const int64_t end = now_ns();
-    const uint64_t correlation = trace_.runtime_call(api, m.host_start_ns, end - m.host_start_ns, true);
-    trace_.collective(s.id(), c, m.host_start_ns, m.host_start_ns, end, correlation);
+    MeasuredSlice slice;
+    slice.kind = MeasuredSlice::Kind::collective;
+    slice.stream = s.id();
+    slice.name = c.kernel_name;
+    slice.collective = c;
+    slice.host_start_ns = m.host_start_ns;
+    slice.correlation = trace_.runtime_call(api, m.host_start_ns, end - m.host_start_ns, true);
+    in_flight_.push({std::move(slice), m.host_start_ns, end});
   }
 
  private:
@@ -74,7 +84,17 @@ class HostDevice final : public Device, private AllocatorBackend {
     trace_.memory(now_ns(), static_cast<int64_t>(allocated), static_cast<int64_t>(reserved));
   }
 
+  // Writes the slices of `stream` (every slice for -1) to the trace, keeping the others queued.
+  void finish(int stream) {
+    in_flight_.flush([&](const InFlight<int64_t>::Entry& e) { return stream < 0 || e.slice.stream == stream; },
+                     [&](const InFlight<int64_t>::Entry& e) {
+                       trace_.collective(e.slice.stream, e.slice.collective, e.start, e.start, e.end,
+                                         e.slice.correlation);
+                     });
+  }
+
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  InFlight<int64_t> in_flight_;  // collective slices; the markers are their start and end times
 };
 
 }  // namespace shardlab

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <functional>
 #include <string>
 #include <vector>
@@ -567,6 +568,7 @@ TEMPLATE_TEST_CASE("mpi_comm: trace args name the collective, its group and its 
   f.world->all_gather(send, recv, s);
   f.world->reduce_scatter(recv, small, ReduceOp::avg, s);
   f.world->broadcast(buf, 0, s);
+  f.dev.synchronize();  // a measured device writes its slices once their work is known to be done
 
   const auto& cs = f.dev.trace().timeline().collectives;
   REQUIRE(cs.size() == 5);
@@ -608,6 +610,44 @@ TEMPLATE_TEST_CASE("mpi_comm: trace args name the collective, its group and its 
   CHECK(launches == std::vector<std::string>{"ncclAllReduce", "ncclGroupEnd", "ncclAllGather", "ncclReduceScatter",
                                              "ncclBroadcast"});
   CHECK(ranks == nlohmann::json(all_ranks()).dump());
+}
+
+// The first H200 run's broken traces (chapters 04, 06 and 07 with --comm mpi): FSDP's all-gathers
+// on an unshard stream and reduce-scatters on a post-backward stream, each host-staged
+// collective synchronizing its own stream while the other stream's slice still waits in the
+// device's in-flight queue. Every slice must reach the file whole: its names, its group's
+// ranks, valid JSON.
+TEST_CASE("mpi_comm: host-staged collectives on two streams reach the trace whole", "[timing]") {
+  Fixture<HostDevice> f;
+  const int n = world_size(), rank = world_rank();
+  Stream& unshard = f.dev.create_stream("unshard");
+  Stream& post_backward = f.dev.create_stream("post_backward");
+  Tensor shard = f.empty(1000), full = f.empty(1000 * n), grad = f.empty(1000 * n), reduced = f.empty(1000);
+  const int units = 5;
+  for (int unit = 0; unit < units; ++unit) {
+    f.world->all_gather(shard, full, unshard);
+    f.world->reduce_scatter(grad, reduced, ReduceOp::avg, post_backward);
+  }
+  f.dev.synchronize();
+
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("shardlab_mpi_test_two_streams_" + std::to_string(::getpid()) + "_rank" + std::to_string(rank) + ".json");
+  f.dev.trace().write(path.string(), "mpi", 0, nlohmann::json::array(), nlohmann::json::object());
+  std::ifstream in(path);
+  const auto trace = nlohmann::json::parse(in);  // throws on anything that is not JSON
+  in.close();
+  std::filesystem::remove(path);
+  std::map<std::string, int> by_name;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e.value("cat", "") != "kernel" || !e.contains("args") || !e["args"].contains("Collective name")) continue;
+    const auto& a = e["args"];
+    CHECK_THAT(e.value("name", ""), Catch::StartsWith("ncclDevKernel_"));
+    CHECK(a["Process Group Ranks"] == nlohmann::json(all_ranks()));
+    CHECK(a["dtype"] == "Float");
+    CHECK(a["Process Group Name"] == "world");
+    ++by_name[a["Collective name"].get<std::string>()];
+  }
+  CHECK(by_name == std::map<std::string, int>{{"allgather", units}, {"reduce_scatter", units}});
 }
 
 TEST_CASE("mpi_comm: under --compute skip time passes and nothing moves", "[timing]") {

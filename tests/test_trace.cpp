@@ -15,6 +15,7 @@
 #include <sstream>
 
 
+#include "device/in_flight.h"
 #include "trace/trace.h"
 
 using namespace shardlab;
@@ -52,7 +53,7 @@ TraceRecorder make_trace(int rank) {
   ar.dtype = "Float";
   ar.group_size = 4;
   ar.group_name = "0";
-  ar.group_ranks = "[0, 1, 2, 3]";
+  ar.group_ranks = {0, 1, 2, 3};
   ar.seq = 1;
   ar.link = "InfiniBand NDR 400 Gb/s";
   ar.link_tier = LinkTierKind::network;
@@ -108,14 +109,103 @@ TEST_CASE("TraceArgs serializes in insertion order as valid JSON", "[trace]") {
   TraceArgs a;
   CHECK(a.empty());
   a.add("n", 3).add("big", uint64_t{3'000'000'001}).add("x", 1.5).add("m", 1.0e6).add("s", "q\"")
-      .add("nan", std::nan("")).add("inf", std::numeric_limits<double>::infinity()).add_raw("l", "[0, 1]")
+      .add("nan", std::nan("")).add("inf", std::numeric_limits<double>::infinity()).add("l", std::vector<int>{0, 1})
       .add("k\"ey", -2);
   CHECK(a.json() == R"("n": 3, "big": 3000000001, "x": 1.5, "m": 1000000, "s": "q\"", "nan": null, )"
                     R"("inf": null, "l": [0, 1], "k\"ey": -2)");
   CHECK(json::parse("{" + a.json() + "}")["l"] == json::array({0, 1}));
   CHECK(TraceArgs().add("third", 1.0 / 3).json() == R"("third": 0.333333)");
   CHECK(TraceArgs().add("flops", 1.5e15).json() == R"("flops": 1500000000000000)");  // whole numbers exactly
+  CHECK(TraceArgs().add("none", std::vector<int>{}).json() == R"("none": [])");
   CHECK_THROWS_AS(TraceArgs().add("rank", 0), std::invalid_argument);
+}
+
+TEST_CASE("json_string makes any bytes a valid JSON string", "[trace]") {
+  // Not UTF-8: a lone continuation byte, a cut sequence, an overlong '/', a surrogate, a code
+  // point past U+10FFFF, Latin-1. Each bad byte becomes U+FFFD; good sequences stay.
+  const std::string bad = "\x80|\xe2\x82|\xc0\xaf|\xed\xa0\x80|\xf4\x90\x80\x80|caf\xe9|\xe2\x82\xac\xf0\x9f\x98\x80";
+  const json parsed = json::parse(json_string(bad));  // nlohmann rejects invalid UTF-8
+  const std::string r = "\xef\xbf\xbd";                // U+FFFD in UTF-8
+  CHECK(parsed.get<std::string>() == r + "|" + r + r + "|" + r + r + "|" + r + r + r + "|" + r + r + r + r +
+                                         "|caf" + r + "|\xe2\x82\xac\xf0\x9f\x98\x80");
+  std::string every_byte;
+  for (int b = 0; b < 256; ++b) every_byte += static_cast<char>(b);
+  CHECK_NOTHROW(json::parse(json_string(every_byte)));
+  CHECK(json_string("") == "\"\"");
+}
+
+// Whatever a device hands the recorder (empty strings and lists, hostile names, non-finite
+// numbers, a header with bytes that are not UTF-8), the file parses as strict JSON.
+TEST_CASE("trace file stays valid JSON on hostile input", "[trace]") {
+  TempDir dir("shardlab_test_trace");
+  TraceRecorder t(0, 1, 0);
+  t.name_host("");
+  t.name_device("GPU \"0\"\n\xff");
+  t.name_stream(kCompute, std::string("s\0t", 3));
+  CollectiveArgs empty;  // every string empty, no ranks: what the first H200 run's broken slices held
+  t.collective(kComm, empty, 0, 0, 10, 0);
+  CollectiveArgs odd;
+  odd.name = "\x01\"all\\reduce\xc3";
+  odd.kernel_name = "nccl\t\xe2";
+  odd.group_ranks = {0};
+  t.collective(kComm, odd, 5, 10, 20, t.runtime_call("\x7f", 0, 1, true));
+  t.kernel(kCompute, "k\xfe", 30, 5, 0, std::nan(""), std::numeric_limits<double>::infinity());
+  t.cpu_op("", 0, 40, TraceArgs().add("", -std::numeric_limits<double>::infinity()).add("e", ""));
+  t.instant("\\", 1, TraceArgs().add("l", std::vector<int>{}));
+  t.step(1, 0, 50);
+  const json other = {{"name", "\xff\xfe"}, {"x", std::nan("")}};
+  t.write((dir.path / "rank0.json").string(), "m\"pi", 0, json::array({{{"name", "\xc0"}}}), other);
+  const json j = json::parse(read_text(dir.path / "rank0.json"));  // throws on anything not JSON
+  int collectives = 0;
+  for (const json& e : j["traceEvents"]) {
+    if (!e.contains("args") || !e["args"].contains("Process Group Ranks")) continue;
+    CHECK(e["args"]["Process Group Ranks"].is_array());
+    ++collectives;
+  }
+  CHECK(collectives == 2);
+  CHECK(j["otherData"]["x"].is_null());
+  CHECK(j["distributedInfo"]["backend"] == "m\"pi");
+}
+
+// The first H200 run's empty collective strings: the slices kept for later lost their strings
+// when the hand-written compaction moved one onto itself. Kept and written slices alike must
+// come out as they went in, whatever order their work completes in.
+TEST_CASE("in-flight slices keep their strings whatever completes first", "[trace]") {
+  const auto make = [](int i) {
+    InFlight<int>::Entry e;
+    e.slice.kind = MeasuredSlice::Kind::collective;
+    e.slice.name = "ncclDevKernel_AllGather_RING_LL, a name too long to be stored inline " + std::to_string(i);
+    e.slice.collective.name = "allgather";
+    e.slice.collective.group_name = "process group with a long name, number " + std::to_string(i);
+    e.slice.collective.group_ranks = {0, 1, 2};
+    e.start = i;
+    e.end = i;
+    return e;
+  };
+  // done[i]: whether slice i has completed at each of three flushes; a slice once done stays done.
+  const std::vector<std::vector<bool>> rounds = {
+      {false, true, false, true, true, false},  // the first slice still running: the case that broke
+      {false, true, true, true, true, true},
+      {true, true, true, true, true, true}};
+  InFlight<int> q;
+  for (int i = 0; i < 6; ++i) q.push(make(i));
+  std::vector<int> written;
+  for (const auto& done : rounds) {
+    q.flush([&](const InFlight<int>::Entry& e) { return static_cast<bool>(done[static_cast<size_t>(e.end)]); },
+            [&](const InFlight<int>::Entry& e) {
+              const InFlight<int>::Entry want = make(e.end);
+              CHECK(e.slice.name == want.slice.name);
+              CHECK(e.slice.collective.group_name == want.slice.collective.group_name);
+              CHECK(e.slice.collective.group_ranks == want.slice.collective.group_ranks);
+              written.push_back(e.end);
+            });
+    for (const auto& e : q.entries()) {  // the ones kept, in issue order, intact
+      CHECK(e.slice.name == make(e.end).slice.name);
+      CHECK(e.slice.collective.name == "allgather");
+    }
+  }
+  CHECK(written == std::vector<int>{1, 3, 4, 2, 5, 0});
+  CHECK(q.size() == 0);
 }
 
 TEST_CASE("trace file header: field order and HTA's rank regex", "[trace]") {

@@ -491,7 +491,7 @@ TEST_CASE("model: a written trace loads with each collective's link and tier, an
                            .dtype_bytes = op.dtype_bytes,
                            .group_size = op.group_size,
                            .group_name = "g",
-                           .group_ranks = "[0, 1, 2, 3]",
+                           .group_ranks = {0, 1, 2, 3},
                            .seq = ++seq,
                            .link = op.tier == LinkTierKind::intra_node ? "NVLink4"
                                    : op.tier == LinkTierKind::network  ? "InfiniBand"

@@ -166,7 +166,7 @@ CollectiveArgs collective_args(const Comm& c, const OperationArgs& op) {
   a.dtype_bytes = static_cast<int>(dtype_size(op.dtype));
   a.group_size = c.size();
   a.group_name = c.name();
-  a.group_ranks = group_ranks_text(ranks);
+  a.group_ranks = ranks;
   a.seq = op.seq;
   a.link = link_for(profile, link_ranks).name;
   a.link_tier = tier;

@@ -69,18 +69,6 @@ struct CudaDevice::CudaStream final : Stream {
   cudaStream_t handle = nullptr;
 };
 
-// One slice for a device lane, waiting for its two events to complete.
-struct CudaDevice::PendingSlice {
-  enum class Kind : uint8_t { kernel, memcpy, collective } kind = Kind::kernel;
-  int stream = 0;
-  std::string name;
-  uint64_t correlation = 0;
-  double flops = 0, bytes = 0;
-  CollectiveArgs collective;
-  cudaEvent_t start = nullptr, end = nullptr;
-  int64_t host_start_ns = 0;  // when the host began issuing it: the work cannot have started earlier
-};
-
 CudaDevice::CudaDevice(Profile profile, int rank, int world_size, int device_index, int64_t base_time_ns)
     : Device(std::move(profile), ComputeMode::real, rank, world_size, device_index),
       device_index_(device_index),
@@ -117,7 +105,7 @@ CudaDevice::~CudaDevice() {
   cudaDeviceSynchronize();
   closing_ = true;         // raw_free stops checking: after a device-side error every cudaFree fails
   set_allocator(nullptr);  // frees its segments through this object's raw_free
-  for (const PendingSlice& p : pending_) cudaEventDestroy(p.start), cudaEventDestroy(p.end);
+  for (const auto& p : in_flight_.entries()) cudaEventDestroy(p.start), cudaEventDestroy(p.end);
   for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
   cudaEventDestroy(calibration_);
 }
@@ -177,43 +165,40 @@ CudaDevice::Bracket CudaDevice::begin(Stream& s) {
   return b;
 }
 
-void CudaDevice::finish_bracket(Stream& s, const Bracket& b, PendingSlice slice) {
-  slice.start = b.start;
+void CudaDevice::finish_bracket(Stream& s, const Bracket& b, MeasuredSlice slice) {
   slice.host_start_ns = b.host_start_ns;
-  slice.end = timing_event();
-  CUDA_CHECK(cudaEventRecord(slice.end, cuda_stream(s).handle));
   slice.stream = s.id();
-  pending_.push_back(std::move(slice));
-  if (pending_.size() >= kFlushEvery) flush_completed(false);
+  cudaEvent_t end = timing_event();
+  CUDA_CHECK(cudaEventRecord(end, cuda_stream(s).handle));
+  in_flight_.push({std::move(slice), b.start, end});
+  if (in_flight_.size() >= kFlushEvery) flush_completed(false);
 }
 
 void CudaDevice::flush_completed(bool all_done) {
-  size_t kept = 0;
-  for (PendingSlice& p : pending_) {
-    if (!all_done && !event_complete(p.end)) {
-      pending_[kept++] = std::move(p);
-      continue;
-    }
-    // The calibration's error (a few microseconds) could place work before the host issued it,
-    // and a kernel before its launch; it cannot have begun there, so it starts no earlier.
-    const int64_t start = std::max(device_time_ns(p.start), p.host_start_ns);
-    const int64_t end = std::max(device_time_ns(p.end), start);
-    switch (p.kind) {
-      case PendingSlice::Kind::kernel:
-        trace_.kernel(p.stream, p.name, start, end - start, p.correlation, p.flops, p.bytes);
-        break;
-      case PendingSlice::Kind::memcpy:
-        trace_.memcpy(p.stream, p.name, start, end - start, p.correlation, p.bytes);
-        break;
-      case PendingSlice::Kind::collective:
-        // A real NCCL kernel's wait for late peers is inside the kernel: no separate wait slice.
-        trace_.collective(p.stream, p.collective, start, start, end, p.correlation);
-        break;
-    }
-    free_events_.push_back(p.start);
-    free_events_.push_back(p.end);
-  }
-  pending_.resize(kept);
+  in_flight_.flush([&](const auto& p) { return all_done || event_complete(p.end); },
+                   [&](const auto& p) {
+                     const MeasuredSlice& s = p.slice;
+                     // The calibration's error (a few microseconds) could place work before the
+                     // host issued it, and a kernel before its launch; it cannot have begun
+                     // there, so it starts no earlier.
+                     const int64_t start = std::max(device_time_ns(p.start), s.host_start_ns);
+                     const int64_t end = std::max(device_time_ns(p.end), start);
+                     switch (s.kind) {
+                       case MeasuredSlice::Kind::kernel:
+                         trace_.kernel(s.stream, s.name, start, end - start, s.correlation, s.flops, s.bytes);
+                         break;
+                       case MeasuredSlice::Kind::memcpy:
+                         trace_.memcpy(s.stream, s.name, start, end - start, s.correlation, s.bytes);
+                         break;
+                       case MeasuredSlice::Kind::collective:
+                         // A real NCCL kernel's wait for late peers is inside the kernel: no
+                         // separate wait slice.
+                         trace_.collective(s.stream, s.collective, start, start, end, s.correlation);
+                         break;
+                     }
+                     free_events_.push_back(p.start);
+                     free_events_.push_back(p.end);
+                   });
 }
 
 // --- Work.
@@ -223,8 +208,8 @@ void CudaDevice::launch(Stream& stream, const Kernel& k, const HostBody&, const 
   const Bracket b = begin(stream);
   cuda(cuda_stream(stream).handle);
   CUDA_CHECK(cudaGetLastError());  // a bad launch configuration shows here, at the op that made it
-  PendingSlice slice;
-  slice.kind = PendingSlice::Kind::kernel;
+  MeasuredSlice slice;
+  slice.kind = MeasuredSlice::Kind::kernel;
   slice.name = std::string(k.name);
   slice.flops = k.flops;
   slice.bytes = k.bytes;
@@ -239,8 +224,8 @@ void CudaDevice::memcpy(Stream& stream, const Tensor& dst, const Tensor& src) {
   // come from host_empty, which pins them, so the copy is truly asynchronous.
   if (src.bytes() > 0)
     CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDefault, cuda_stream(stream).handle));
-  PendingSlice slice;
-  slice.kind = PendingSlice::Kind::memcpy;
+  MeasuredSlice slice;
+  slice.kind = MeasuredSlice::Kind::memcpy;
   slice.name = std::string(name);
   slice.bytes = static_cast<double>(src.bytes());
   slice.correlation = trace_.runtime_call("cudaMemcpyAsync", b.host_start_ns, now_ns() - b.host_start_ns, true);
@@ -254,8 +239,8 @@ Device::CollectiveMark CudaDevice::begin_collective(Stream& s) {
 
 void CudaDevice::end_collective(Stream& s, const CollectiveMark& m, std::string_view api, const CollectiveArgs& c) {
   const Bracket b{m.host_start_ns, static_cast<cudaEvent_t>(m.device_event)};
-  PendingSlice slice;
-  slice.kind = PendingSlice::Kind::collective;
+  MeasuredSlice slice;
+  slice.kind = MeasuredSlice::Kind::collective;
   slice.name = c.kernel_name;
   slice.bytes = static_cast<double>(std::max(c.in_nelems, c.out_nelems) * c.dtype_bytes);
   slice.collective = c;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "device/device.h"
+#include "device/in_flight.h"
 
 namespace shardlab {
 
@@ -65,7 +66,6 @@ class CudaDevice final : public Device, private AllocatorBackend {
 
  private:
   struct CudaStream;
-  struct PendingSlice;
   // Device work in flight: `begin` times a runtime or library call on the host and records an
   // event before the work it queues on the stream; finish_bracket records the one after it.
   struct Bracket {
@@ -76,7 +76,7 @@ class CudaDevice final : public Device, private AllocatorBackend {
 
   CudaStream& cuda_stream(Stream& s);
   cudaEvent_t timing_event();                         // from the pool
-  void finish_bracket(Stream& s, const Bracket& b, PendingSlice slice);
+  void finish_bracket(Stream& s, const Bracket& b, MeasuredSlice slice);
   void flush_completed(bool all_done);                // write completed slices to the trace
   void calibrate();                                   // device idle: pin device time to host time
   int64_t device_time_ns(cudaEvent_t e) const;
@@ -93,7 +93,7 @@ class CudaDevice final : public Device, private AllocatorBackend {
 
   int device_index_;
   int64_t base_time_ns_;
-  std::vector<PendingSlice> pending_;      // device slices whose events have not been read yet
+  InFlight<cudaEvent_t> in_flight_;        // device slices whose events have not been read yet
   std::vector<cudaEvent_t> free_events_;   // timing events ready for reuse
   cudaEvent_t calibration_ = nullptr;      // device time zero of the current calibration...
   int64_t calibration_host_ns_ = 0;        // ...and its host time

@@ -38,11 +38,39 @@ std::string format_us(int64_t ns) {
   return std::string(buf, static_cast<size_t>(n));
 }
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at the start of `s` (RFC 3629: no overlong
+// forms, no surrogates, nothing above U+10FFFF), or 0 when it is not one.
+size_t utf8_sequence(std::string_view s) {
+  const auto b = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const auto cont = [&](size_t i) { return i < s.size() && (b(i) & 0xC0) == 0x80; };
+  const unsigned char c = b(0);
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+  if (c >= 0xE0 && c <= 0xEF) {
+    if (!cont(1) || !cont(2)) return 0;
+    if (c == 0xE0 && b(1) < 0xA0) return 0;   // overlong
+    if (c == 0xED && b(1) >= 0xA0) return 0;  // a UTF-16 surrogate
+    return 3;
+  }
+  if (c >= 0xF0 && c <= 0xF4) {
+    if (!cont(1) || !cont(2) || !cont(3)) return 0;
+    if (c == 0xF0 && b(1) < 0x90) return 0;   // overlong
+    if (c == 0xF4 && b(1) >= 0x90) return 0;  // above U+10FFFF
+    return 4;
+  }
+  return 0;
+}
+
+}  // namespace
+
 std::string json_string(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 2);
   out += '"';
-  for (const char ch : s) {
+  for (size_t i = 0; i < s.size();) {
+    const char ch = s[i];
     const auto u = static_cast<unsigned char>(ch);
     if (ch == '"' || ch == '\\') {
       out += '\\';
@@ -52,9 +80,23 @@ std::string json_string(std::string_view s) {
       out += "\\u00";
       out += kHex[u >> 4];
       out += kHex[u & 0xf];
+    } else if (u >= 0x80) {
+      // Well-formed UTF-8 passes through unchanged; any other byte (a name cut mid-character,
+      // Latin-1 from a file) would make the file unreadable to a strict parser, so it becomes
+      // U+FFFD, the replacement character, as a decoder shows it.
+      const size_t n = utf8_sequence(s.substr(i));
+      if (n == 0) {
+        out += "\\ufffd";
+        ++i;
+        continue;
+      }
+      out.append(s.substr(i, n));
+      i += n;
+      continue;
     } else {
-      out += ch;  // bytes >= 0x80 are UTF-8 and pass through unchanged
+      out += ch;
     }
+    ++i;
   }
   out += '"';
   return out;
@@ -97,9 +139,14 @@ TraceArgs& TraceArgs::add(std::string_view key, std::string_view v) {
   return *this;
 }
 
-TraceArgs& TraceArgs::add_raw(std::string_view key, std::string_view json_value) {
+TraceArgs& TraceArgs::add(std::string_view key, std::span<const int> list) {
   append_key(key);
-  body_ += json_value;
+  body_ += '[';
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (i) body_ += ", ";
+    append_int(body_, list[i]);
+  }
+  body_ += ']';
   return *this;
 }
 
@@ -251,7 +298,7 @@ void TraceRecorder::collective(int stream, const CollectiveArgs& c, int64_t wait
       .add("Group size", c.group_size)
       .add("dtype", c.dtype)
       .add("Process Group Name", c.group_name)
-      .add_raw("Process Group Ranks", c.group_ranks)
+      .add("Process Group Ranks", std::span<const int>(c.group_ranks))
       .add("Seq", c.seq)
       .add("Link", c.link)
       .add("Link tier", link_tier_name(c.link_tier));
@@ -301,7 +348,11 @@ void TraceRecorder::write(const std::string& path, std::string_view backend, int
   append_int(out, world_size_);
   out += "},\n \"schemaVersion\": 1,\n \"displayTimeUnit\": \"ns\",\n \"baseTimeNanoseconds\": ";
   append_int(out, base_time_ns);
-  out += ",\n \"deviceProperties\": " + device_properties.dump() + ",\n \"otherData\": " + other_data.dump() +
+  // Strings in the header come from configuration (a profile's GPU name, a run name): a byte
+  // that is not UTF-8 becomes U+FFFD, as json_string does, instead of failing the whole write.
+  constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
+  out += ",\n \"deviceProperties\": " + device_properties.dump(-1, ' ', false, kReplace) +
+         ",\n \"otherData\": " + other_data.dump(-1, ' ', false, kReplace) +
          ",\n \"traceEvents\": [\n";
 
   size_t body = 0;

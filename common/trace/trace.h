@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,7 +39,7 @@ class TraceArgs {
   TraceArgs& add(std::string_view key, double v);  // whole numbers exactly, others to 6 significant digits
   TraceArgs& add(std::string_view key, std::string_view v);
   TraceArgs& add(std::string_view key, const char* v) { return add(key, std::string_view(v)); }
-  TraceArgs& add_raw(std::string_view key, std::string_view json_value);  // e.g. a list "[0, 1]"
+  TraceArgs& add(std::string_view key, std::span<const int> list);  // "[0, 1]"; an empty one "[]"
   const std::string& json() const { return body_; }  // the inside of {...}, may be empty
   bool empty() const { return body_.empty(); }
 
@@ -57,7 +58,7 @@ struct CollectiveArgs {
   int dtype_bytes = 4;
   int group_size = 1;
   std::string group_name;     // "Process Group Name"
-  std::string group_ranks;    // "Process Group Ranks", e.g. "[0, 1, 2, 3]"
+  std::vector<int> group_ranks;  // "Process Group Ranks": the group's ranks in the job
   int64_t seq = 0;
   // Ours, after Kineto's: the link this rank's bytes cross ("Link": the profile's name for the
   // tier, "Link tier": intra-node or network; comm.h, collective_args).
