@@ -36,6 +36,8 @@
 using namespace shardlab;
 using ops::AttentionMask;
 
+void cuda_spin(int64_t ns, void* stream);  // cuda_spin.cu
+
 namespace {
 
 // A device copy of a sim tensor's current contents (cudaMalloc'd, freed on destruction).
@@ -458,16 +460,15 @@ TEST_CASE("cuda: chapter 00's polynomial", "[cuda]") {
 
 // The CUDA device itself: synchronizing one stream reads the trace events of every stream, and
 // an event query can answer "not ready". The runtime can keep that answer as the thread's
-// last error; it must not come back as a failed launch at the next op.
+// last error; it must not come back as a failed launch at the next op. The side stream is
+// busy for 200 ms of wall time (cuda_spin.cu), so the test ends as soon under racecheck.
 TEST_CASE("cuda device: a launch after another stream's unfinished work", "[cuda]") {
   CudaDevice dev(load_profile("h100-8"), 0, 1, 0, 0);
   Stream& compute = dev.compute_stream();
   Stream& side = dev.create_stream("side");
-  const int64_t n = 1 << 20;
-  Tensor x = dev.empty({n}, DType::f32, side, "x"), y = dev.empty({n}, DType::f32, side, "y");
   Tensor t = dev.empty({16}, DType::f32, compute, "t");
-  ops::fill(dev, side, x, 0.5f);
-  ch00::polynomial(dev, side, x, y, 100'000);  // milliseconds of work on `side`
+  dev.launch(side, Kernel{"spin 200 ms", 0, 0, DType::f32, KernelClass::elementwise, {}}, [] {},
+             [](void* stream) { cuda_spin(200'000'000, stream); });
   const Event busy = dev.record(side);
   ops::fill(dev, compute, t, 1.0f);
   dev.synchronize(compute);  // queries the unfinished slices of `side`
@@ -480,7 +481,7 @@ TEST_CASE("cuda device: a launch after another stream's unfinished work", "[cuda
               done_early ? "already done (path not exercised)" : "still busy");
   CHECK(dev.query(busy));
   CHECK(got[0] == 2.0f);
-  for (Tensor* u : {&x, &y, &t}) dev.free(*u);
+  dev.free(t);
 }
 
 int main(int argc, char** argv) {

@@ -5,9 +5,9 @@
 // its source saying how and where it was measured:
 //   gpu:   name, memory, SMs, compute capability (cudaGetDeviceProperties); matmul_efficiency
 //          (cuBLAS SGEMM 8192^3 TFLOP/s over the base's fp32 peak); attention_efficiency
-//          (shardlab's fp32 attention forward and backward kernels, cuda/kernels.h, at GPT-2 small's
+//          (shardlab's fp32 FlashAttention-2 kernels, cuda/attention_kernels.cuh, at GPT-2 small's
 //          shape: B 4, 12 heads, T 1024, hs 64, causal; FLOPs as model/attention.cpp charges them,
-//          over the base's fp32 peak; no FlashAttention exists for fp32); hbm_GBps (a 1 GiB
+//          over the base's fp32 peak); hbm_GBps (a 1 GiB
 //          device-to-device copy reads and writes every byte); kernel_overhead_us (back-to-back
 //          tiny kernels on the GPU's own clock)
 //   host:  launch_us (CPU time of one op launched through shardlab's CUDA device), runtime_call_us
@@ -144,8 +144,9 @@ int main(int argc, char** argv) {
       const double fwd_tflops = 4.0 * hs * pairs / fwd_us / 1e6, bwd_tflops = 8.0 * hs * pairs / bwd_us / 1e6;
       const double attn_tflops = 12.0 * hs * pairs / (fwd_us + bwd_us) / 1e6;
       set(g["attention_efficiency"], attn_tflops / base_profile.peak_tflops_f32,
-          by + "shardlab's fp32 attention kernels (cuda::attention_forward and attention_backward; no FlashAttention "
-               "exists for fp32) at B 4, 12 heads, T 1024, hs 64, causal: forward " + fixed(fwd_tflops, 2) +
+          by + "shardlab's fp32 FlashAttention-2 kernels (cuda/attention_kernels.cuh: 64 x 64 tiles, online "
+               "softmax, dq by atomics; Dao's FlashAttention library has no fp32 path) at B 4, 12 heads, T 1024, "
+               "hs 64, causal: forward " + fixed(fwd_tflops, 2) +
               " TFLOP/s, backward " + fixed(bwd_tflops, 2) + ", both " + fixed(attn_tflops, 2) +
               " TFLOP/s over the base's fp32 peak (FLOPs as model/attention.cpp counts them: 4 hs forward, 8 hs "
               "backward per unmasked query-key pair)");
@@ -200,11 +201,16 @@ int main(int argc, char** argv) {
     CUDA_CHECK(cudaFree(device));
     dev.free(tiny);
 
-    std::ofstream file(out);
-    file << p.dump(2) << "\n";
-    if (!file) throw std::runtime_error("cannot write " + out);
-    std::cout << p.dump(2) << "\nwrote " << out << "\n";
+    {
+      // Closed (so flushed) before it is read back: the first H200 run read it still buffered,
+      // half written, and failed on a file that was fine a moment later.
+      std::ofstream file(out);
+      file << p.dump(2) << "\n";
+      file.close();
+      if (!file) throw std::runtime_error("cannot write " + out);
+    }
     load_profile(out);  // it must load as a profile
+    std::cout << p.dump(2) << "\nwrote " << out << "\n";
   } catch (const std::exception& e) {
     std::cerr << "measure_profile: error: " << e.what() << "\n";
     return 1;
