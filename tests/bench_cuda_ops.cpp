@@ -58,16 +58,48 @@ double time_op(Device& dev, const OpCase& op, int reps) {
   return us;
 }
 
+// Causal attention of one head group at a long sequence (B 1, NH 12, hs 64): its time, and the
+// device memory the call needs. The kernels keep no T x T matrix, so the peak allocated is its
+// tensors' (O(T)), while a stored score matrix alone would take T^2 x 4 bytes per head.
+void long_attention(CudaDevice& gpu, int64_t T) {
+  const int64_t B = 1, NH = 12, hs = 64;
+  Stream& s = gpu.compute_stream();
+  const Shape x{B, NH, T, hs}, row{B, NH, T};
+  std::vector<Tensor> ts;
+  for (const Shape& shape : {x, row, x, x, x, x, x, x, x}) {  // out, lse, q, k, v, dout, dq, dk, dv
+    ts.push_back(gpu.empty(shape, DType::f32, s, "long attention"));
+    ops::fill(gpu, s, ts.back(), 0.01f);
+  }
+  gpu.synchronize();
+  const size_t tensors = gpu.allocator().allocated();
+  gpu.allocator().reset_peaks();
+  const Event e0 = gpu.record(s);
+  ops::attention_forward(gpu, s, ts[0], ts[1], ts[2], ts[3], ts[4], ops::AttentionMask::causal);
+  const Event e1 = gpu.record(s);
+  ops::attention_backward(gpu, s, ts[6], ts[7], ts[8], ts[5], ts[2], ts[3], ts[4], ts[0], ts[1],
+                          ops::AttentionMask::causal);
+  const Event e2 = gpu.record(s);
+  gpu.synchronize();
+  const double scores_mb = static_cast<double>(B * NH * T * T) * 4 / 1e6;
+  std::printf("\nattention at T = %lld (B 1, NH 12, hs 64, causal): forward %.3f ms, backward %.3f ms; peak allocated "
+              "%.1f MB, all of it the tensors' %.1f MB (a stored T x T score matrix would be %.0f MB)\n",
+              static_cast<long long>(T), gpu.elapsed_us(e0, e1) / 1e3, gpu.elapsed_us(e1, e2) / 1e3,
+              static_cast<double>(gpu.allocator().peak_allocated()) / 1e6, static_cast<double>(tensors) / 1e6,
+              scores_mb);
+  for (Tensor& t : ts) gpu.free(t);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string profile_name = "h100-8";
-  int64_t B = 8, T = 1024, reps = 20;
+  int64_t B = 8, T = 1024, reps = 20, long_T = 8192;
   Flags flags("bench_cuda_ops");
   flags.add_string("profile", &profile_name, "the sim profile to compare against");
   flags.add_int("batch", &B, 1, 1024, "sequences");
   flags.add_int("seq-len", &T, 1, 1024, "tokens per sequence");
   flags.add_int("reps", &reps, 1, 10000, "timed calls per op");
+  flags.add_int("long-seq-len", &long_T, 1, 1 << 20, "the sequence length of the long attention run");
   try {
     if (!flags.parse(argc, argv)) {
       std::cout << flags.usage();
@@ -127,6 +159,7 @@ int main(int argc, char** argv) {
       const double predicted = time_op(sim, op, static_cast<int>(reps));
       std::printf("%-28s %12.1f %12.1f %8.2f\n", op.name.c_str(), measured, predicted, measured / predicted);
     }
+    long_attention(gpu, long_T);
   } catch (const std::exception& e) {
     std::cerr << "bench_cuda_ops: error: " << e.what() << "\n";
     return 1;

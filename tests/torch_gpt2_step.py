@@ -100,8 +100,32 @@ def main():
     print(f"PyTorch {torch.__version__} eager fp32 on {torch.cuda.get_device_name()}: GPT-2 small "
           f"({params:,} parameters), batch {a.batch} x {a.seq_len}: {ms:.2f} ms per step, "
           f"{a.batch * a.seq_len / ms * 1e3:,.0f} tokens/s (mean of {a.steps} after {a.warmup} warm-up)")
+    time_attention(a.batch, a.seq_len)
     if a.trace:
         write_trace(step, a.trace)
+
+
+def time_attention(B, T, NH=12, hs=64, reps=20):
+    """One layer's causal attention alone, forward and backward, at the step's shapes: the
+    figures shardlab's attention kernels are held to (bench_cuda_ops prints its own beside)."""
+    q, k, v = (torch.randn(B, NH, T, hs, device="cuda", requires_grad=True) for _ in range(3))
+    dout = torch.randn(B, NH, T, hs, device="cuda")
+
+    def ms_per_call(fn):
+        fn()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / reps
+
+    forward = ms_per_call(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    backward = ms_per_call(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
+    print(f"scaled_dot_product_attention fp32, causal, B {B} NH {NH} T {T} hs {hs}: "
+          f"forward {forward:.3f} ms, backward {backward:.3f} ms per layer (mean of {reps})")
 
 
 def write_trace(step, path):
