@@ -1,7 +1,10 @@
 // kernels.cu: the CUDA kernels of every device op (ops.h, attention.h), in the style of
 // karpathy/llm.c: plain C-style kernels, one per op, fp32 throughout, cuBLAS for the matmuls.
-// Each host function mirrors the CPU body of its op in ops.cpp / attention.cpp exactly (the
-// same formulas in the same order where the order matters); kernels.h lists them.
+// Each host function computes what the CPU body of its op in ops.cpp / attention.cpp computes,
+// with the same formulas; kernels.h lists them. Sums run in another order on the GPU (across
+// threads and tiles; atomically for the embedding backward, the column sums and attention's
+// dq, so their last bits may change from run to run), which the GPU test allows for with a
+// tolerance per kind of op. Attention's kernels are in attention_kernels.cuh.
 //
 // Build and run: CMake compiles this file into shardlab_common whenever nvcc is found, and the
 // GPU test checks every kernel against the CPU ops (it skips with exit code 77 without a GPU):
