@@ -286,6 +286,15 @@ add_test(NAME "harness: a run with a race the program did not expect exits 3 aft
          COMMAND ${EXPECT_EXIT} 3 "fail_one_rank: error: the race check found 2 race\\(s\\)" --also "race check: 2 report\\(s\\)" --also "traces: "
                  -- ${MPIRUN} -np 2 $<TARGET_FILE:fail_one_rank> --mode race --trace-dir ${RUNS} --run-name race_unexpected)
 set_tests_properties("harness: a run with a race the program did not expect exits 3 after writing its traces" PROPERTIES TIMEOUT 60 PROCESSORS 2)
+# The run directory: a user's files beside runs survive, runs of other sizes (finished or killed
+# mid-run) leave no file of an earlier run behind, and run names that leave --trace-dir exit 2.
+add_test(NAME "harness: a run removes only what the last run in its directory listed, and never mixes runs"
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_run_directory.py
+                 --mpirun "${MPIRUN_SH}" --bin $<TARGET_FILE:shardlab_ch02>)
+set_tests_properties("harness: a run removes only what the last run in its directory listed, and never mixes runs" PROPERTIES TIMEOUT 180 PROCESSORS 4)
+add_test(NAME "harness: a string flag given another flag as its value exits 2 naming both"
+         COMMAND ${EXPECT_EXIT} 2 "--trace-dir: got '--debug-collectives'; allowed: a non-empty string that does not start with --" --not "step 1/"
+                 -- ${MPIRUN} -np 1 $<TARGET_FILE:shardlab_ch02> --trace-dir --debug-collectives)
 # A rank that throws in step 3 of 5: every rank writes its trace so far (marked incomplete), its
 # flight record and a report; summary.json names the failure; the validator accepts the traces.
 string(JOIN " " CHECK_FAILED_SH ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_failed_run.py)
@@ -298,6 +307,12 @@ set_tests_properties("harness: a rank that throws in step 3 of 5 leaves every ra
 add_test(NAME "harness: a rank that skips a collective ends after --collective-timeout naming itself"
          COMMAND sh -c "rm -rf '${RUNS}/failed_skip'; ${EXPECT_EXIT} 1 'collective timeout \\(--collective-timeout 5 s\\): allreduce #3 on world \\(16 Float\\) was issued by ranks 0, 2 and never by rank 1' --also 'flight records: ' -- ${MPIRUN_SH} -np 3 $<TARGET_FILE:fail_one_rank> --mode skip --steps 3 --failing-step 3 --collective-timeout 5 --trace-dir '${RUNS}' --run-name failed_skip && ${VALIDATE_SH} '${RUNS}/failed_skip' --ranks 3 --expect-incomplete && ${CHECK_FAILED_SH} '${RUNS}/failed_skip' --ranks 3 --failed-rank 1 --kind timeout --steps 2")
 set_tests_properties("harness: a rank that skips a collective ends after --collective-timeout naming itself" PROPERTIES TIMEOUT 18 PROCESSORS 3)
+# A rank that skips the step's last collective, the loss all-reduce in Job::Step's destructor:
+# the others' wait there times out inside a destructor, which must reach the harness (not
+# std::terminate), and the diagnosis names the rank that never reached the step's end.
+add_test(NAME "harness: a rank that skips the step's closing loss all-reduce is named, every trace written"
+         COMMAND sh -c "rm -rf '${RUNS}/failed_skip_loss'; ${EXPECT_EXIT} 1 'collective timeout \\(--collective-timeout 5 s\\): the end of step 2 \\(its loss all-reduce, over every rank\\) was issued by ranks 0, 2 and never by rank 1' --also 'flight records: ' --not 'terminate called' -- ${MPIRUN_SH} -np 3 $<TARGET_FILE:fail_one_rank> --mode skip-loss --steps 3 --failing-step 2 --collective-timeout 5 --trace-dir '${RUNS}' --run-name failed_skip_loss && ${VALIDATE_SH} '${RUNS}/failed_skip_loss' --ranks 3 --expect-incomplete && ${CHECK_FAILED_SH} '${RUNS}/failed_skip_loss' --ranks 3 --failed-rank 1 --kind timeout --steps 1")
+set_tests_properties("harness: a rank that skips the step's closing loss all-reduce is named, every trace written" PROPERTIES TIMEOUT 18 PROCESSORS 3)
 
 # Reference traces in traces/ must be what the code writes now: regenerate with the command in
 # traces/README.md and compare byte for byte.

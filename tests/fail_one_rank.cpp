@@ -5,7 +5,10 @@
 //   --mode skip   it skips that step's all-reduce and carries on, as a rank-dependent branch
 //                 would: after --collective-timeout the job ends naming it;
 //   --mode race   it fills the buffer on a second stream and all-reduces it on the first
-//                 without a wait: the run finishes, the race check reports it, exit status 3.
+//                 without a wait: the run finishes, the race check reports it, exit status 3;
+//   --mode skip-loss  it records no loss for that step, so it skips the step's last
+//                 collective, the loss all-reduce at the step's end, while the others wait in
+//                 it: after --collective-timeout the job ends naming it, its traces written.
 // The failed step prints no progress line.
 #include <stdexcept>
 #include <string>
@@ -25,8 +28,9 @@ int main(int argc, char** argv) {
   const auto add_flags = [](Flags& f) {
     f.add_int("failing-rank", &failing_rank, 0, 1 << 20, "the rank that goes wrong");
     f.add_int("failing-step", &failing_step, 1, 1 << 20, "the step (from 1) in which it does");
-    f.add_choice("mode", &mode, {"throw", "skip", "race"},
-                 "throw: it throws; skip: it skips that step's all-reduce; race: it forgets a wait");
+    f.add_choice("mode", &mode, {"throw", "skip", "race", "skip-loss"},
+                 "throw: it throws; skip: it skips that step's all-reduce; race: it forgets a wait; "
+                 "skip-loss: it skips the step's closing loss all-reduce");
   };
   return run_chapter(argc, argv, {"fail_one_rank", "A failing rank", 2}, add_flags, [](Job& job) {
     Device& dev = job.device();
@@ -38,7 +42,8 @@ int main(int argc, char** argv) {
       const bool wrong = step + 1 == failing_step && job.rank() == failing_rank;
       if (wrong && mode == "throw") throw std::runtime_error("deliberate failure on rank " + std::to_string(job.rank()));
       if (wrong && mode == "race") ops::fill(dev, side, t, 2.0f);  // no wait before the all-reduce reads t
-      if (!wrong || mode == "race") job.world().all_reduce(t, ReduceOp::sum, dev.compute_stream());
+      if (!wrong || mode == "race" || mode == "skip-loss") job.world().all_reduce(t, ReduceOp::sum, dev.compute_stream());
+      if (mode == "skip-loss" && !wrong) s.set_loss(1.0);  // the others join the step's loss all-reduce
     }
     dev.free(t);
   });

@@ -8,6 +8,7 @@
 
 #include "device/cost_model.h"
 #include "run/flags.h"
+#include "run/run_directory.h"
 #include "device/profile.h"
 
 using namespace shardlab;
@@ -78,6 +79,37 @@ TEST_CASE("flags: errors name the flag and what is allowed", "[flags]") {
   CHECK(error_of({"--steps"}) == "--steps: missing value; allowed: an integer from 1 to 100");
   CHECK(error_of({"--stpes", "3"}) == "unknown flag --stpes; allowed flags: --steps, --lr, --race, --device, --help");
   CHECK(error_of({"steps"}) == "unexpected argument 'steps'; flags look like --name value (see --help)");
+}
+
+TEST_CASE("flags: a string value may not be empty, look like a flag, or fail its own check", "[flags]") {
+  std::string dir = "runs", name;
+  bool debug = false;
+  Flags f("prog");
+  f.add_string("trace-dir", &dir, "traces");
+  f.add_string("run-name", &name, "run (default: the chapter id)", run_name_problem);
+  f.add_bool("debug-collectives", &debug, "debug");
+  const auto error = [&](std::vector<const char*> args) -> std::string {
+    args.insert(args.begin(), "prog");
+    try {
+      f.parse(static_cast<int>(args.size()), args.data());
+    } catch (const FlagError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  // A forgotten value: the next flag would have become a directory named "--debug-collectives".
+  CHECK(error({"--trace-dir", "--debug-collectives"}) ==
+        "--trace-dir: got '--debug-collectives'; allowed: a non-empty string that does not start with --");
+  CHECK(error({"--run-name", ""}) == "--run-name: got ''; allowed: a non-empty string that does not start with --");
+  CHECK(error({"--run-name", "."}) == "--run-name: got '.'; allowed: one directory name, not empty, '.' or '..'");
+  CHECK(error({"--run-name=.."}) == "--run-name: got '..'; allowed: one directory name, not empty, '.' or '..'");
+  CHECK(error({"--run-name", "a/b"}) ==
+        "--run-name: got 'a/b'; allowed: one directory name, without '/' (use --trace-dir for the parent)");
+  CHECK(error({"--run-name", "/"}) ==
+        "--run-name: got '/'; allowed: one directory name, without '/' (use --trace-dir for the parent)");
+  CHECK(error({"--run-name", "ch04 two nodes", "--trace-dir", "../elsewhere"}).empty());
+  CHECK(name == "ch04 two nodes");
+  CHECK(dir == "../elsewhere");
 }
 
 TEST_CASE("flags: checks see the parsed values and the run's shape, in the order added", "[flags]") {

@@ -124,3 +124,27 @@ TEST_CASE("open: two files claiming one rank, a broken file and a missing path a
   const TempDir empty("shardlab_test_open");
   CHECK_THROWS_WITH(load_traces({empty.path.string()}), Catch::Contains("no trace files"));
 }
+
+// A run's directory with files of an earlier, larger run left in it (a run killed after the
+// earlier one, or files copied in): the run's manifest (run/run_directory.h) decides, and what
+// it does not list is reported, not merged into the run.
+TEST_CASE("open: a run directory opens only the files its .shardlab-run lists, and says which it left out",
+          "[viewer]") {
+  TempDir tmp("shardlab_test_open");
+  for (int r : {0, 1, 2, 3}) {
+    std::string name = "rank", kernel = "k";  // built by appending: GCC 12 warns (-Wrestrict) on "rank" + ...
+    name += std::to_string(r);
+    name += ".json";
+    kernel += std::to_string(r);
+    write_text(tmp.path / name, trace(kernel, r));
+  }
+  write_text(tmp.path / ".shardlab-run",
+             R"({"shardlab_run": 1, "chapter": "04_fsdp", "world_size": 3, "files": ["rank0.json", "rank1.json", "rank2.json", "summary.json"]})");
+  const TraceModel m = load_traces({tmp.path.string()});
+  CHECK(m.ranks.size() == 3);
+  CHECK(kernels_by_rank(m) == std::map<int, std::string>{{0, "k0"}, {1, "k1"}, {2, "k2"}});
+  CHECK_THAT(why_not_opened(m, "rank3.json"), Catch::Contains("not this run's file"));
+  // Without a manifest (traces from elsewhere, or older runs) every trace file opens, as before.
+  fs::remove(tmp.path / ".shardlab-run");
+  CHECK(load_traces({tmp.path.string()}).ranks.size() == 4);
+}

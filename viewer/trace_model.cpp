@@ -11,6 +11,8 @@
 // few chunks per file.
 #include "trace_model.h"
 
+#include "run/run_directory.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -283,10 +285,23 @@ std::vector<Input> expand(const std::vector<std::string>& paths, std::vector<Not
   for (const std::string& p : paths) {
     std::error_code ec;
     if (fs::is_directory(p, ec)) {
+      // A run's directory lists its run's files (run/run_directory.h); the others there, an
+      // earlier run's of another size or anyone's, are left out with a word, not merged in.
+      const std::vector<std::string> listed = manifest_files(p);
+      const auto is_listed = [&](std::string name) {
+        if (name.ends_with(".gz")) name.resize(name.size() - 3);  // a listed file, compressed later
+        return listed.empty() || std::find(listed.begin(), listed.end(), name) != listed.end();
+      };
       std::vector<std::string> found;
-      for (const fs::directory_entry& entry : fs::directory_iterator(p, ec))
-        if (is_trace_name(entry.path().filename().string()) && entry.is_regular_file(ec))
+      for (const fs::directory_entry& entry : fs::directory_iterator(p, ec)) {
+        const std::string name = entry.path().filename().string();
+        if (!is_trace_name(name) || !entry.is_regular_file(ec)) continue;
+        if (is_listed(name))
           found.push_back(entry.path().string());
+        else
+          not_opened.push_back({entry.path().string(), std::string("not this run's file: the directory's ") +
+                                                           kRunManifest + " lists the files of the run written last"});
+      }
       if (ec) {
         not_opened.push_back({p, "cannot list the directory: " + ec.message()});
         continue;

@@ -70,10 +70,14 @@ void Flags::add_bool(std::string name, bool* target, std::string help) {
                     [=] { return nlohmann::json(*target); }});
 }
 
-void Flags::add_string(std::string name, std::string* target, std::string help) {
-  flags_.push_back({name, std::move(help), "S", "a non-empty string", false,
+void Flags::add_string(std::string name, std::string* target, std::string help,
+                       std::function<std::string(const std::string&)> problem) {
+  const std::string allowed = "a non-empty string that does not start with --";
+  flags_.push_back({name, std::move(help), "S", allowed, false,
                     [=](const std::string& v) {
-                      if (v.empty()) bad(name, v, "a non-empty string");
+                      if (v.empty() || v.rfind("--", 0) == 0) bad(name, v, allowed);
+                      if (problem)
+                        if (const std::string p = problem(v); !p.empty()) bad(name, v, p);
                       *target = v;
                     },
                     [=] { return nlohmann::json(*target); }});

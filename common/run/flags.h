@@ -40,7 +40,11 @@ class Flags {
   void add_int(std::string name, int64_t* target, int64_t min, int64_t max, std::string help);
   void add_double(std::string name, double* target, double min, double max, std::string help);
   void add_bool(std::string name, bool* target, std::string help);
-  void add_string(std::string name, std::string* target, std::string help);
+  // A string flag's value may not be empty nor start with "--" (a forgotten value followed by
+  // the next flag: --trace-dir --debug-collectives). `problem`, when given, says what else is
+  // wrong with a value ("" when nothing is), and becomes the error's "allowed" part.
+  void add_string(std::string name, std::string* target, std::string help,
+                  std::function<std::string(const std::string&)> problem = {});
   void add_choice(std::string name, std::string* target, std::vector<std::string> choices, std::string help);
 
   // A check of flag values together, or against the run's shape, in a line:

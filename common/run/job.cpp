@@ -21,6 +21,7 @@
 #include "cuda/cuda_probe.h"
 #include "trace/metrics.h"
 #include "trace/metrics_json.h"
+#include "run/run_directory.h"
 #include "comm/mpi_comm.h"
 #include "device/sim_device.h"
 #ifdef SHARDLAB_WITH_CUDA
@@ -30,6 +31,10 @@
 
 namespace shardlab {
 namespace {
+
+// The flight record's name for a step's closing loss all-reduce (Job::Step).
+constexpr const char* kStepLossOp = "step_loss_allreduce";
+
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -88,14 +93,25 @@ std::string writable_problem(const std::string& dir) {
   fs::create_directories(dir, ec);
   if (ec) return "--trace-dir: cannot create '" + dir + "': " + ec.message();
   const fs::path probe = fs::path(dir) / (".write-test-" + std::to_string(getpid()));
+  std::string problem;
   {
     std::ofstream out(probe);
     out << "shardlab\n";
     out.flush();
-    if (!out) return "--trace-dir: cannot write into '" + dir + "': " + std::strerror(errno);
+    if (!out) problem = "--trace-dir: cannot write into '" + dir + "': " + std::strerror(errno);
   }
-  fs::remove(probe, ec);
-  return "";
+  fs::remove(probe, ec);  // also when the write failed (a full disk): no probe is left behind
+  return problem;
+}
+
+// Rank 0's claim on the run directory (claim_run_directory), as a configuration problem.
+std::string claim_problem(const std::string& dir, const std::string& chapter, int world_size) {
+  try {
+    claim_run_directory(dir, chapter, world_size);
+    return "";
+  } catch (const std::exception& e) {
+    return std::string("--trace-dir: ") + e.what();
+  }
 }
 
 // The lowest rank's problem, on every rank ("" when no rank has one): a check that may differ
@@ -278,7 +294,7 @@ Job::Step::Step(Job& job, int64_t n, int64_t total, bool progress)
   job_.device().allocator().reset_peaks();
 }
 
-Job::Step::~Step() {
+Job::Step::~Step() noexcept(false) {
   // Unwinding from an error: no synchronize (after a failed kernel it would throw again, and a
   // second exception ends the process in std::terminate, losing the first one's message), and
   // no progress line for a step that did not finish.
@@ -289,9 +305,16 @@ Job::Step::~Step() {
   d.trace().step(static_cast<int>(n_ + 1), start_ns_, end - start_ns_);
   if (has_loss_) {
     double sum = loss_;
+    // In the flight record too, numbered by the step: a rank that skips it is then named as
+    // the one that never reached the step's end (diagnose_hang).
+    std::vector<int> everyone(static_cast<size_t>(job_.world_size()));
+    for (size_t r = 0; r < everyone.size(); ++r) everyone[r] = static_cast<int>(r);
+    FlightRecorder& flight = Watchdog::get().flight();
+    const int64_t id = flight.issued(n_ + 1, kStepLossOp, "job", everyone, 1, "Double");
     MPI_Request request;
     MPI_Iallreduce(&loss_, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &request);
     Watchdog::get().wait(request, "the step's loss (an all-reduce of every rank's mean)");
+    flight.done(id);
     loss_ = sum / job_.world_size();
     job_.losses_.push_back(loss_);
   }
@@ -355,16 +378,9 @@ int Job::finish() {
   // Per-rank results, computed by the one metrics library, gathered to rank 0.
   const std::vector<std::string> per_rank = gather_strings(rank_report().dump());
 
-  // Traces: rank 0 clears the run directory's old rank files and flight records (a previous
-  // run may have had more ranks, or failed), then every rank writes its own.
+  // Traces: every rank writes its own into the directory rank 0 claimed before step 1 (an
+  // earlier run's files that its manifest listed are gone already).
   const fs::path dir = run_dir();
-  if (is_root()) {
-    fs::create_directories(dir);
-    for (const auto& entry : fs::directory_iterator(dir)) {
-      const std::string name = entry.path().filename().string();
-      if (name.rfind("rank", 0) == 0 || name.rfind("flight_record", 0) == 0) fs::remove(entry.path());
-    }
-  }
   MPI_Request request;
   MPI_Ibarrier(MPI_COMM_WORLD, &request);
   Watchdog::get().wait(request, "the barrier before writing traces");
@@ -429,6 +445,12 @@ std::string rank_list(const std::vector<int>& ranks) {
 // have not reached. Send/recv pairs are numbered per rank and left out. "" when nothing is
 // stuck that way (every rank timed out somewhere else, say).
 std::string diagnose_hang(const std::map<int, json>& records) {
+  struct Stuck {
+    std::string text;
+    bool step_end = false;             // the step's closing loss all-reduce
+    std::vector<int> issued, never;
+  };
+  std::vector<Stuck> found;
   std::map<std::string, std::vector<int>> groups;
   std::map<std::pair<std::string, int>, json> last;  // (group, rank) -> its last collective there
   for (const auto& [rank, rec] : records) {
@@ -436,7 +458,6 @@ std::string diagnose_hang(const std::map<int, json>& records) {
     for (const json& e : rec["flight"]["entries"])
       if (e["op"] != "sendrecv") last[{e["group"].get<std::string>(), rank}] = e;
   }
-  std::string out;
   for (const auto& [group, members] : groups) {
     int64_t top = 0;
     json stuck;
@@ -451,9 +472,13 @@ std::string diagnose_hang(const std::map<int, json>& records) {
       else never.push_back(r);
     }
     if (never.empty() && silent.empty()) continue;
-    out += stuck["op"].get<std::string>() + " #" + std::to_string(top) + " on " + group + " (" +
-           std::to_string(stuck["count"].get<int64_t>()) + " " + stuck["dtype"].get<std::string>() + ") was issued by " +
-           rank_list(issued);
+    std::string out;
+    if (stuck["op"] == kStepLossOp)
+      out += "the end of step " + std::to_string(top) + " (its loss all-reduce, over every rank)";
+    else
+      out += stuck["op"].get<std::string>() + " #" + std::to_string(top) + " on " + group + " (" +
+             std::to_string(stuck["count"].get<int64_t>()) + " " + stuck["dtype"].get<std::string>() + ")";
+    out += " was issued by " + rank_list(issued);
     if (!never.empty()) {
       out += " and never by " + rank_list(never);
       for (int r : never) {
@@ -466,7 +491,18 @@ std::string diagnose_hang(const std::map<int, json>& records) {
       }
     }
     if (!silent.empty()) out += "; " + rank_list(silent) + " did not report (busy outside a collective, or gone)";
-    out += "\n";
+    found.push_back({out + "\n", stuck["op"] == kStepLossOp, issued, never});
+  }
+  // Ranks held at a step's end never issue the next step's collectives: a collective that
+  // only the ranks past that end issued is a consequence, not the cause, and is not reported.
+  std::string out;
+  for (const Stuck& s : found) {
+    const bool consequence = !s.step_end && !s.never.empty() && std::any_of(found.begin(), found.end(), [&](const Stuck& e) {
+      return e.step_end && std::all_of(s.never.begin(), s.never.end(), [&](int r) {
+               return std::find(e.issued.begin(), e.issued.end(), r) != e.issued.end();
+             });
+    });
+    if (!consequence) out += s.text;
   }
   return out;
 }
@@ -611,7 +647,8 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
   flags.add_int("steps", &common.steps, 1, 1000000, "training steps (or repetitions) to run");
   flags.add_int("seed", &common.seed, 0, INT64_MAX, "random seed");
   flags.add_string("trace-dir", &common.trace_dir, "directory for traces: <trace-dir>/<run-name>/rank<R>.json");
-  flags.add_string("run-name", &common.run_name, "name of this run's trace directory (default: the chapter id)");
+  flags.add_string("run-name", &common.run_name, "name of this run's trace directory (default: the chapter id)",
+                   run_name_problem);
   flags.add_bool("debug-collectives", &common.debug_collectives,
                  "check that all ranks issue the same collective, count and dtype in the same order");
   flags.add_double("collective-timeout", &common.collective_timeout_s, 0, 86400,
@@ -660,6 +697,11 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
     }
     flags.check(RunShape{size, profile.gpus_per_node});
     if (const std::string problem = first_problem(writable_problem(run_dir(common, info))); !problem.empty())
+      return config_error(problem);
+    // The directory is this run's from now on: rank 0 removes what the last run there listed,
+    // and nothing else, then lists this run's files (run_directory.h).
+    if (const std::string problem = first_problem(rank == 0 ? claim_problem(run_dir(common, info), info.id, size) : "");
+        !problem.empty())
       return config_error(problem);
 
     std::unique_ptr<Device> dev;

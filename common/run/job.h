@@ -87,7 +87,12 @@ class Job {
     // `total` (default: --steps) is only for the progress line: "step n+1/total". A chapter
     // that prints its own line per step (a table row) passes progress = false.
     Step(Job& job, int64_t n, int64_t total = -1, bool progress = true);
-    ~Step();
+    // The step's end waits on the other ranks (its loss is averaged over MPI), and that wait can
+    // fail: a rank that never joins it times out, another rank's failure or a signal arrives.
+    // The failure must reach the harness as the JobFailure it is, so this destructor may throw
+    // (noexcept(false)); it never does while another exception is unwinding (it then skips the
+    // step's end altogether), which would end the process in std::terminate.
+    ~Step() noexcept(false);
     Step(const Step&) = delete;
     Step& operator=(const Step&) = delete;
 

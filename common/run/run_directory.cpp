@@ -1,0 +1,59 @@
+#include "run/run_directory.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace shardlab {
+namespace fs = std::filesystem;
+
+std::string run_name_problem(const std::string& name) {
+  if (name.empty() || name == "." || name == "..") return "one directory name, not empty, '.' or '..'";
+  if (name.find('/') != std::string::npos) return "one directory name, without '/' (use --trace-dir for the parent)";
+  return "";
+}
+
+std::vector<std::string> run_files(int world_size) {
+  std::vector<std::string> files;
+  for (int r = 0; r < world_size; ++r) files.push_back("rank" + std::to_string(r) + ".json");
+  files.push_back("summary.json");
+  for (int r = 0; r < world_size; ++r) files.push_back("flight_record_rank" + std::to_string(r) + ".json");
+  return files;
+}
+
+std::vector<std::string> manifest_files(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(dir / kRunManifest, ec)) return {};
+  std::ifstream in(dir / kRunManifest);
+  if (!in) return {};
+  const nlohmann::json m = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!m.is_object() || !m.contains("files") || !m["files"].is_array()) return {};
+  // Only names a run writes: a manifest edited by hand cannot point a run at other files.
+  static const std::regex kRunFile(R"((rank|flight_record_rank)\d+\.json|summary\.json)");
+  std::vector<std::string> files;
+  for (const auto& f : m["files"])
+    if (f.is_string() && std::regex_match(f.get<std::string>(), kRunFile)) files.push_back(f.get<std::string>());
+  return files;
+}
+
+std::vector<std::string> claim_run_directory(const fs::path& dir, const std::string& chapter, int world_size) {
+  std::vector<std::string> removed;
+  for (const std::string& name : manifest_files(dir)) {
+    std::error_code ec;
+    if (fs::is_regular_file(dir / name, ec) && fs::remove(dir / name, ec)) removed.push_back(name);
+  }
+  const nlohmann::json manifest = {
+      {"shardlab_run", 1}, {"chapter", chapter}, {"world_size", world_size}, {"files", run_files(world_size)}};
+  const fs::path path = dir / kRunManifest;
+  std::ofstream out(path);
+  out << manifest.dump() << "\n";
+  out.close();
+  if (!out) throw std::runtime_error("cannot write " + path.string() + ": " + std::strerror(errno));
+  return removed;
+}
+
+}  // namespace shardlab
