@@ -292,6 +292,20 @@ add_test(NAME "harness: a run removes only what the last run in its directory li
          COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_run_directory.py
                  --mpirun "${MPIRUN_SH}" --bin $<TARGET_FILE:shardlab_ch02>)
 set_tests_properties("harness: a run removes only what the last run in its directory listed, and never mixes runs" PROPERTIES TIMEOUT 180 PROCESSORS 4)
+# Flags that contradict each other exit 2 before step 1, naming the flag, instead of one being ignored.
+foreach(case "05|--sweep --backward-prefetch post|--backward-prefetch: got 'post'; allowed: not with --sweep"
+             "06|--limit-all-gathers off --inflight-all-gathers 3|--inflight-all-gathers: got '3'; allowed: only with --limit-all-gathers on"
+             "07|--sharding full --shard 2|--shard: got '2'; allowed: only with --sharding hybrid or hybrid-zero2"
+             "02|--collective-timeout 1e-9|--collective-timeout: got '1e-09'; allowed: 0 \\(wait forever\\) or 0.1 to 86400 seconds")
+  string(REPLACE "|" ";" parts "${case}")
+  list(GET parts 0 ch)
+  list(GET parts 1 flags_text)
+  list(GET parts 2 message)
+  separate_arguments(flags UNIX_COMMAND "${flags_text}")
+  add_test(NAME "ch${ch}: ${flags_text} exits 2 naming the flag"
+           COMMAND ${EXPECT_EXIT} 2 "${message}" --not "step 1/" -- ${MPIRUN} -np 2 $<TARGET_FILE:shardlab_ch${ch}> ${flags})
+  set_tests_properties("ch${ch}: ${flags_text} exits 2 naming the flag" PROPERTIES PROCESSORS 2)
+endforeach()
 add_test(NAME "harness: a string flag given another flag as its value exits 2 naming both"
          COMMAND ${EXPECT_EXIT} 2 "--trace-dir: got '--debug-collectives'; allowed: a non-empty string that does not start with --" --not "step 1/"
                  -- ${MPIRUN} -np 1 $<TARGET_FILE:shardlab_ch02> --trace-dir --debug-collectives)

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "device/cost_model.h"
 #include "run/flags.h"
 #include "run/run_directory.h"
@@ -163,6 +165,38 @@ TEST_CASE("profiles: an unknown name lists the profiles, a constant without a so
   }
   CHECK_THROWS_WITH(load_profile(path), Catch::Contains("field 'gpu.hbm_GBps' must be {\"value\""));
   std::remove(path.c_str());
+}
+
+// What the attack on every flag found loading with exit 0: numbers no machine has. Each is
+// refused with the constant's name, the value, its unit and the range allowed.
+TEST_CASE("profiles: every number is range-checked, naming the constant and its unit", "[profile]") {
+  std::ifstream in(std::string(SHARDLAB_SOURCE_DIR) + "/common/device/profiles/h100-2x8.json");
+  const nlohmann::json good = nlohmann::json::parse(in);
+  const std::string path = "/tmp/shardlab_hostile_profile.json";
+  const auto load_with = [&](const std::string& pointer, const nlohmann::json& value) -> std::string {
+    nlohmann::json p = good;
+    p[nlohmann::json::json_pointer(pointer)] = value;
+    std::ofstream(path) << p.dump();
+    try {
+      load_profile(path);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK_THAT(load_with("/links/inter/busbw_GBps/value", 1e-300),
+             Catch::Contains("'links.inter.busbw_GBps' is 1e-300 GB/s; allowed: a number from 0.01 to 100000 GB/s"));
+  CHECK_THAT(load_with("/host/launch_us/value", 1e300), Catch::Contains("'host.launch_us' is 1e+300 us; allowed"));
+  CHECK_THAT(load_with("/host/launch_us/value", -5), Catch::Contains("'host.launch_us' is -5 us; allowed: a number from 0 to 10000 us"));
+  CHECK_THAT(load_with("/gpu/matmul_efficiency/value", 1.5), Catch::Contains("'gpu.matmul_efficiency' is 1.5"));
+  CHECK_THAT(load_with("/gpu/attention_efficiency/value", 0), Catch::Contains("from 0 (exclusive) to 1"));
+  CHECK_THAT(load_with("/topology/nodes/value", 2.5), Catch::Contains("'topology.nodes' is 2.5 ; allowed: a whole number"));
+  CHECK_THAT(load_with("/gpu/hbm_GBps/value", "fast"), Catch::Contains("'gpu.hbm_GBps' is \"fast\"; allowed: a number"));
+  CHECK_THAT(load_with("/gpu/name", 3), Catch::Contains("profile /tmp/shardlab_hostile_profile.json: "));
+  CHECK(load_with("/host/launch_us/value", 0).empty());  // a free launch is a thought experiment, not an error
+  std::remove(path.c_str());
+  // A directory (or a FIFO) given as --profile is refused at once, not read or waited on.
+  CHECK_THROWS_WITH(load_profile("/tmp/"), Catch::Contains("is not a regular file"));
 }
 
 TEST_CASE("profiles: a profile without gpu.attention_efficiency is refused, naming the field", "[profile]") {

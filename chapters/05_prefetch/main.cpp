@@ -55,6 +55,13 @@ void add_flags(Flags& f) {
   f.add_bool("sweep", &sweep,
              "train every backward mode with and without forward prefetch, --steps each from the same start, and "
              "print one table (in place of --backward-prefetch and --forward-prefetch)");
+  // The sweep runs every mode itself: a mode asked for beside it would be silently ignored.
+  f.add_check([&f](const RunShape&) {
+    require(!(sweep && f.given("backward-prefetch")), "--backward-prefetch", backward_prefetch,
+            "not with --sweep, which runs every backward prefetch with and without forward prefetch");
+    require(!(sweep && f.given("forward-prefetch")), "--forward-prefetch", forward_prefetch ? "true" : "false",
+            "not with --sweep, which runs every backward prefetch with and without forward prefetch");
+  });
 }
 
 // What one configuration's last step measured.

@@ -40,6 +40,11 @@ void add_flags(Flags& f) {
   f.add_int("inflight-all-gathers", &inflight, 1, 64,
             "N, the free events the limiter lets be in flight (_max_num_inflight_all_gathers, 2 in PyTorch)");
   f.add_bool("forward-prefetch", &forward_prefetch, "chapter 05's forward prefetch (off by default, as in PyTorch)");
+  // A limit given for a limiter that is off would be silently ignored.
+  f.add_check([&f](const RunShape&) {
+    require(!(limit_all_gathers == "off" && f.given("inflight-all-gathers")), "--inflight-all-gathers", inflight,
+            "only with --limit-all-gathers on (with off nothing limits the all-gathers)");
+  });
 }
 
 double MiB(double bytes) { return bytes / (1024.0 * 1024.0); }

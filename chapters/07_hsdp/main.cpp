@@ -55,6 +55,14 @@ void add_flags(Flags& f) {
             "S, ranks per shard group (0: the profile's GPUs per node, or the largest divisor of the world below it)");
   f.add_int("replicate", &replicate, 0, 1 << 16, "R, replicas of the shard group (0: the world / S)");
   f.add_check([](const RunShape& run) { mesh_shape(run); });
+  // FULL_SHARD and SHARD_GRAD_OP shard over every rank: a mesh asked for beside them would be
+  // silently ignored.
+  f.add_check([&f](const RunShape&) {
+    const bool flat = sharding == "full" || sharding == "grad-op";
+    const std::string allowed = "only with --sharding hybrid or hybrid-zero2 (full and grad-op shard over every rank)";
+    require(!(flat && f.given("shard")), "--shard", shard, allowed);
+    require(!(flat && f.given("replicate")), "--replicate", replicate, allowed);
+  });
 }
 
 // R x S from the flags and the run; a mesh that does not fit the world throws, naming the flag.

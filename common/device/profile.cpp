@@ -1,6 +1,8 @@
 #include "device/profile.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -39,13 +41,41 @@ const json& constant(const json& root, const std::string& path, const std::strin
   return (*node)["value"];
 }
 
-double number(const json& root, const std::string& path, const std::string& file, bool positive = true) {
+// What a constant may be: [lo, hi] in `unit`, a whole number when `whole`. The bounds are wide
+// (no real machine is near them) but finite, so a slip of the keyboard (a bandwidth of 1e-300,
+// a launch of 1e300 us, a negative latency) is refused with its name and unit instead of
+// turning into a run with nonsense times.
+struct Range {
+  double lo, hi;
+  const char* unit;
+  bool whole = false;
+  bool lo_open = false;  // (lo, hi]: lo itself is not allowed
+};
+
+std::string format_bound(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+double number(const json& root, const std::string& path, const std::string& file, const Range& r) {
   const json& v = constant(root, path, file);
-  if (!v.is_number()) throw std::runtime_error("profile " + file + ": '" + path + "' must be a number");
+  const std::string allowed = std::string(r.whole ? "a whole number" : "a number") + " from " + format_bound(r.lo) +
+                              (r.lo_open ? " (exclusive)" : "") + " to " + format_bound(r.hi) + " " + r.unit;
+  if (!v.is_number()) throw std::runtime_error("profile " + file + ": '" + path + "' is " + v.dump() + "; allowed: " + allowed);
   const double d = v.get<double>();
-  if (positive && !(d > 0)) throw std::runtime_error("profile " + file + ": '" + path + "' must be > 0, got " + v.dump());
+  const bool in_range = std::isfinite(d) && (r.lo_open ? d > r.lo : d >= r.lo) && d <= r.hi;
+  if (!in_range || (r.whole && d != std::floor(d)))
+    throw std::runtime_error("profile " + file + ": '" + path + "' is " + v.dump() + " " + r.unit + "; allowed: " + allowed);
   return d;
 }
+
+constexpr Range kFraction{0, 1, "(a fraction of peak)", false, true};
+constexpr Range kBandwidth{0.01, 1e5, "GB/s"};
+constexpr Range kHostCost{0, 1e6, "us"};
+constexpr Range kLatency{0, 1e4, "us"};
+constexpr Range kTflops{1e-3, 1e5, "TFLOP/s"};
+constexpr Range kCount{1, 1e6, "", true};
 
 LinkTier link(const json& root, const std::string& tier, const std::string& file) {
   const std::string base = "links." + tier;
@@ -53,12 +83,12 @@ LinkTier link(const json& root, const std::string& tier, const std::string& file
   if (!root.contains("links") || !root["links"].contains(tier) || !root["links"][tier].contains("name"))
     throw std::runtime_error("profile " + file + ": missing field '" + base + ".name'");
   t.name = root["links"][tier]["name"].get<std::string>();
-  t.busbw_GBps = number(root, base + ".busbw_GBps", file);
-  t.simple_base_us = number(root, base + ".simple_base_us", file);
-  t.simple_hop_us = number(root, base + ".simple_hop_us", file);
-  t.ll_base_us = number(root, base + ".ll_base_us", file);
-  t.ll_hop_us = number(root, base + ".ll_hop_us", file);
-  t.ll_bw_fraction = number(root, base + ".ll_bw_fraction", file);
+  t.busbw_GBps = number(root, base + ".busbw_GBps", file, kBandwidth);
+  t.simple_base_us = number(root, base + ".simple_base_us", file, kLatency);
+  t.simple_hop_us = number(root, base + ".simple_hop_us", file, kLatency);
+  t.ll_base_us = number(root, base + ".ll_base_us", file, kLatency);
+  t.ll_hop_us = number(root, base + ".ll_hop_us", file, kLatency);
+  t.ll_bw_fraction = number(root, base + ".ll_bw_fraction", file, Range{0, 1, "(of Simple's bandwidth)", false, true});
   return t;
 }
 
@@ -77,6 +107,11 @@ Profile load_profile(const std::string& name_or_path) {
   const bool is_path = name_or_path.find('/') != std::string::npos ||
                        (name_or_path.size() > 5 && name_or_path.ends_with(".json"));
   const fs::path file = is_path ? fs::path(name_or_path) : profile_dir() / (name_or_path + ".json");
+  std::error_code ec;
+  // A directory would read as garbage and a FIFO would block the open: refuse both, at once.
+  if (fs::exists(file, ec) && !fs::is_regular_file(file, ec))
+    throw std::runtime_error("--profile " + name_or_path + ": " + file.string() +
+                             " is not a regular file (a directory, FIFO or device); give a profile's .json file");
   std::ifstream in(file);
   if (!in) {
     std::string known;
@@ -85,46 +120,48 @@ Profile load_profile(const std::string& name_or_path) {
     throw std::runtime_error("--profile " + name_or_path + ": no such profile; known profiles: " + known +
                              " (or give a path to a .json file)");
   }
+  const std::string f = file.string();
   json root;
   try {
     root = json::parse(in);
   } catch (const json::exception& e) {
-    throw std::runtime_error("profile " + file.string() + ": invalid JSON: " + e.what());
+    throw std::runtime_error("profile " + f + ": invalid JSON: " + e.what());
   }
-  const std::string f = file.string();
   Profile p;
-  p.path = f;
-  p.name = root.value("name", file.stem().string());
-  p.description = root.value("description", "");
-  if (!root.contains("gpu") || !root["gpu"].contains("name"))
-    throw std::runtime_error("profile " + f + ": missing field 'gpu.name'");
-  p.gpu_name = root["gpu"]["name"].get<std::string>();
-  p.memory_bytes = static_cast<int64_t>(number(root, "gpu.memory_bytes", f));
-  p.sm_count = static_cast<int>(number(root, "gpu.sm_count", f));
-  const std::string cc = constant(root, "gpu.compute_capability", f).get<std::string>();
-  if (std::sscanf(cc.c_str(), "%d.%d", &p.compute_major, &p.compute_minor) != 2)
-    throw std::runtime_error("profile " + f + ": gpu.compute_capability must look like \"9.0\", got " + cc);
-  p.peak_tflops_f32 = number(root, "gpu.peak_tflops_f32", f);
-  p.peak_tflops_bf16 = number(root, "gpu.peak_tflops_bf16", f);
-  p.matmul_efficiency = number(root, "gpu.matmul_efficiency", f);
-  p.attention_efficiency = number(root, "gpu.attention_efficiency", f);
-  p.elementwise_efficiency = number(root, "gpu.elementwise_efficiency", f);
-  p.hbm_GBps = number(root, "gpu.hbm_GBps", f);
-  p.kernel_overhead_us = number(root, "gpu.kernel_overhead_us", f, false);
-  p.launch_us = number(root, "host.launch_us", f, false);
-  p.runtime_call_us = number(root, "host.runtime_call_us", f, false);
-  p.malloc_us = number(root, "host.malloc_us", f, false);
-  p.free_us = number(root, "host.free_us", f, false);
-  p.h2d_GBps = number(root, "host.h2d_GBps", f);
-  p.d2h_GBps = number(root, "host.d2h_GBps", f);
-  p.memcpy_latency_us = number(root, "host.memcpy_latency_us", f, false);
-  p.gpus_per_node = static_cast<int>(number(root, "topology.gpus_per_node", f));
-  p.nodes = static_cast<int>(number(root, "topology.nodes", f));
-  p.nics_per_node = static_cast<int>(number(root, "topology.nics_per_node", f));
-  p.intra = link(root, "intra", f);
-  p.inter = link(root, "inter", f);
-  if (p.matmul_efficiency > 1 || p.attention_efficiency > 1 || p.elementwise_efficiency > 1)
-    throw std::runtime_error("profile " + f + ": efficiencies are fractions of peak, at most 1");
+  try {
+    p.path = f;
+    p.name = root.value("name", file.stem().string());
+    p.description = root.value("description", "");
+    if (!root.contains("gpu") || !root["gpu"].contains("name"))
+      throw std::runtime_error("profile " + f + ": missing field 'gpu.name'");
+    p.gpu_name = root["gpu"]["name"].get<std::string>();
+    p.memory_bytes = static_cast<int64_t>(number(root, "gpu.memory_bytes", f, Range{1 << 20, 1e15, "bytes", true}));
+    p.sm_count = static_cast<int>(number(root, "gpu.sm_count", f, kCount));
+    const std::string cc = constant(root, "gpu.compute_capability", f).get<std::string>();
+    if (std::sscanf(cc.c_str(), "%d.%d", &p.compute_major, &p.compute_minor) != 2)
+      throw std::runtime_error("profile " + f + ": gpu.compute_capability must look like \"9.0\", got " + cc);
+    p.peak_tflops_f32 = number(root, "gpu.peak_tflops_f32", f, kTflops);
+    p.peak_tflops_bf16 = number(root, "gpu.peak_tflops_bf16", f, kTflops);
+    p.matmul_efficiency = number(root, "gpu.matmul_efficiency", f, kFraction);
+    p.attention_efficiency = number(root, "gpu.attention_efficiency", f, kFraction);
+    p.elementwise_efficiency = number(root, "gpu.elementwise_efficiency", f, kFraction);
+    p.hbm_GBps = number(root, "gpu.hbm_GBps", f, kBandwidth);
+    p.kernel_overhead_us = number(root, "gpu.kernel_overhead_us", f, kLatency);
+    p.launch_us = number(root, "host.launch_us", f, kLatency);
+    p.runtime_call_us = number(root, "host.runtime_call_us", f, kLatency);
+    p.malloc_us = number(root, "host.malloc_us", f, kHostCost);
+    p.free_us = number(root, "host.free_us", f, kHostCost);
+    p.h2d_GBps = number(root, "host.h2d_GBps", f, kBandwidth);
+    p.d2h_GBps = number(root, "host.d2h_GBps", f, kBandwidth);
+    p.memcpy_latency_us = number(root, "host.memcpy_latency_us", f, kLatency);
+    p.gpus_per_node = static_cast<int>(number(root, "topology.gpus_per_node", f, kCount));
+    p.nodes = static_cast<int>(number(root, "topology.nodes", f, kCount));
+    p.nics_per_node = static_cast<int>(number(root, "topology.nics_per_node", f, kCount));
+    p.intra = link(root, "intra", f);
+    p.inter = link(root, "inter", f);
+  } catch (const json::exception& e) {  // a field of the wrong type ("name": 3)
+    throw std::runtime_error("profile " + f + ": " + e.what());
+  }
   return p;
 }
 

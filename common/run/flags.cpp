@@ -94,6 +94,12 @@ void Flags::add_choice(std::string name, std::string* target, std::vector<std::s
                     [=] { return nlohmann::json(*target); }});
 }
 
+bool Flags::given(const std::string& name) const {
+  for (const auto& f : flags_)
+    if (f.name == name) return f.given;
+  return false;
+}
+
 Flags::Flag& Flags::find(const std::string& name) {
   for (auto& f : flags_)
     if (f.name == name) return f;
@@ -111,6 +117,7 @@ bool Flags::parse(int argc, const char* const* argv) {
     const size_t eq = arg.find('=');
     const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
     Flag& f = find(name);
+    f.given = true;
     if (eq != std::string::npos) {
       f.set(arg.substr(eq + 1));
     } else if (f.is_bool) {

@@ -57,6 +57,9 @@ class Flags {
 
   // Returns false when --help was given (usage() is what to print).
   bool parse(int argc, const char* const* argv);
+  // Whether the command line gave this flag (its value may still equal the default): for the
+  // checks that refuse flags that contradict each other rather than silently ignore one.
+  bool given(const std::string& name) const;
   std::string usage() const;
   nlohmann::json values() const;  // every flag and its value, for traces and summaries
 
@@ -66,6 +69,7 @@ class Flags {
     bool is_bool = false;
     std::function<void(const std::string&)> set;  // throws FlagError on a bad value
     std::function<nlohmann::json()> get;
+    bool given = false;  // on the command line
   };
   Flag& find(const std::string& name);
   std::string program_;

@@ -653,6 +653,13 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
                  "check that all ranks issue the same collective, count and dtype in the same order");
   flags.add_double("collective-timeout", &common.collective_timeout_s, 0, 86400,
                    "seconds a rank waits in a collective before the job ends naming the ranks that never issued it (0: forever)");
+  // A timeout shorter than a collective's latency would fail every run with a misleading message.
+  flags.add_check([&common](const RunShape&) {
+    char given[32];
+    std::snprintf(given, sizeof given, "%g", common.collective_timeout_s);
+    require(common.collective_timeout_s == 0 || common.collective_timeout_s >= 0.1, "--collective-timeout", given,
+            "0 (wait forever) or 0.1 to 86400 seconds");
+  });
   if (add_flags) add_flags(flags);
 
   // Configuration errors are the same on every rank: each exits 2, rank 0 says why.
