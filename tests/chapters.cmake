@@ -327,6 +327,15 @@ set_tests_properties("harness: a rank that skips a collective ends after --colle
 add_test(NAME "harness: a rank that skips the step's closing loss all-reduce is named, every trace written"
          COMMAND sh -c "rm -rf '${RUNS}/failed_skip_loss'; ${EXPECT_EXIT} 1 'collective timeout \\(--collective-timeout 5 s\\): the end of step 2 \\(its loss all-reduce, over every rank\\) was issued by ranks 0, 2 and never by rank 1' --also 'flight records: ' --not 'terminate called' -- ${MPIRUN_SH} -np 3 $<TARGET_FILE:fail_one_rank> --mode skip-loss --steps 3 --failing-step 2 --collective-timeout 5 --trace-dir '${RUNS}' --run-name failed_skip_loss && ${VALIDATE_SH} '${RUNS}/failed_skip_loss' --ranks 3 --expect-incomplete && ${CHECK_FAILED_SH} '${RUNS}/failed_skip_loss' --ranks 3 --failed-rank 1 --kind timeout --steps 1")
 set_tests_properties("harness: a rank that skips the step's closing loss all-reduce is named, every trace written" PROPERTIES TIMEOUT 18 PROCESSORS 3)
+# A rank that skips a ring sendrecv (chapter 08's KV exchange): the rank after it waits for it;
+# the others go on to the next collective. The diagnosis names the rank that skipped, not the
+# ranks held in the sendrecv.
+add_test(NAME "harness: a rank that skips a ring sendrecv is named, not the ranks waiting for it"
+         COMMAND sh -c "rm -rf '${RUNS}/failed_skip_sendrecv'; ${EXPECT_EXIT} 1 'collective timeout \\(--collective-timeout 5 s\\): sendrecv #3 on world was issued by ranks 0, 2, waiting for a peer, and never by rank 1' --not 'never by ranks? [02]' -- ${MPIRUN_SH} -np 3 $<TARGET_FILE:fail_one_rank> --mode skip-sendrecv --steps 4 --failing-step 3 --collective-timeout 5 --trace-dir '${RUNS}' --run-name failed_skip_sendrecv && ${VALIDATE_SH} '${RUNS}/failed_skip_sendrecv' --ranks 3 --expect-incomplete && ${CHECK_FAILED_SH} '${RUNS}/failed_skip_sendrecv' --ranks 3 --failed-rank 1 --kind timeout --steps 2")
+set_tests_properties("harness: a rank that skips a ring sendrecv is named, not the ranks waiting for it" PROPERTIES TIMEOUT 18 PROCESSORS 3)
+add_test(NAME "harness: a rank out of host memory says so and what to change, every trace written"
+         COMMAND sh -c "rm -rf '${RUNS}/failed_host_oom'; ${EXPECT_EXIT} 1 'rank 1: error: out of host memory \\(std::bad_alloc\\)' --also 'use --compute skip' --not 'terminate called' -- ${MPIRUN_SH} -np 2 $<TARGET_FILE:fail_one_rank> --mode host-oom --steps 4 --failing-step 3 --trace-dir '${RUNS}' --run-name failed_host_oom && ${VALIDATE_SH} '${RUNS}/failed_host_oom' --ranks 2 --expect-incomplete")
+set_tests_properties("harness: a rank out of host memory says so and what to change, every trace written" PROPERTIES TIMEOUT 60 PROCESSORS 2)
 
 # Reference traces in traces/ must be what the code writes now: regenerate with the command in
 # traces/README.md and compare byte for byte.

@@ -6,11 +6,17 @@
 //                 would: after --collective-timeout the job ends naming it;
 //   --mode race   it fills the buffer on a second stream and all-reduces it on the first
 //                 without a wait: the run finishes, the race check reports it, exit status 3;
+//   --mode skip-sendrecv  it skips that step's ring sendrecv (each rank sends to the next):
+//                 the rank after it waits for it, and the job ends naming the skipper;
+//   --mode host-oom  it asks the host for more memory than any machine has (std::bad_alloc):
+//                 the job ends saying what ran out and which flags make the run smaller;
 //   --mode skip-loss  it records no loss for that step, so it skips the step's last
 //                 collective, the loss all-reduce at the step's end, while the others wait in
 //                 it: after --collective-timeout the job ends naming it, its traces written.
 // The failed step prints no progress line.
+#include <limits>
 #include <stdexcept>
+#include <vector>
 #include <string>
 
 #include "model/ops.h"
@@ -28,23 +34,32 @@ int main(int argc, char** argv) {
   const auto add_flags = [](Flags& f) {
     f.add_int("failing-rank", &failing_rank, 0, 1 << 20, "the rank that goes wrong");
     f.add_int("failing-step", &failing_step, 1, 1 << 20, "the step (from 1) in which it does");
-    f.add_choice("mode", &mode, {"throw", "skip", "race", "skip-loss"},
+    f.add_choice("mode", &mode, {"throw", "skip", "race", "skip-loss", "skip-sendrecv", "host-oom"},
                  "throw: it throws; skip: it skips that step's all-reduce; race: it forgets a wait; "
-                 "skip-loss: it skips the step's closing loss all-reduce");
+                 "skip-loss: it skips the step's closing loss all-reduce; skip-sendrecv: it skips the step's ring sendrecv; "
+                 "host-oom: it runs out of host memory");
   };
   return run_chapter(argc, argv, {"fail_one_rank", "A failing rank", 2}, add_flags, [](Job& job) {
     Device& dev = job.device();
     Tensor t = dev.empty({16}, DType::f32, dev.compute_stream(), "t");
+    Tensor ring = dev.empty({16}, DType::f32, dev.compute_stream(), "ring");
     Stream& side = dev.create_stream("side");
+    std::vector<char> host;
     for (int64_t step = 0; step < job.steps(); ++step) {
       Job::Step s(job, step);
       ops::fill(dev, dev.compute_stream(), t, 1.0f);  // some device work in every step's trace
       const bool wrong = step + 1 == failing_step && job.rank() == failing_rank;
       if (wrong && mode == "throw") throw std::runtime_error("deliberate failure on rank " + std::to_string(job.rank()));
+      if (wrong && mode == "host-oom") std::vector<char>(std::numeric_limits<size_t>::max() / 4).swap(host);
       if (wrong && mode == "race") ops::fill(dev, side, t, 2.0f);  // no wait before the all-reduce reads t
-      if (!wrong || mode == "race" || mode == "skip-loss") job.world().all_reduce(t, ReduceOp::sum, dev.compute_stream());
+      if (!(wrong && mode == "skip")) job.world().all_reduce(t, ReduceOp::sum, dev.compute_stream());
       if (mode == "skip-loss" && !wrong) s.set_loss(1.0);  // the others join the step's loss all-reduce
+      if (mode == "skip-sendrecv" && !wrong) {  // a ring shift, as chapter 08's KV exchange
+        const int n = job.world_size(), r = job.rank();
+        job.world().sendrecv(t, (r + 1) % n, ring, (r + n - 1) % n, dev.compute_stream());
+      }
     }
     dev.free(t);
+    dev.free(ring);
   });
 }

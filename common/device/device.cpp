@@ -40,7 +40,9 @@ void Device::record_stream(const Tensor& t, Stream& s) { allocator().record_stre
 
 Device::HostBlock Device::host_alloc(size_t bytes) {
   HostBlock block(std::malloc(bytes), &std::free);
-  if (!block) throw std::bad_alloc();
+  if (!block)
+    throw std::runtime_error("out of host memory: cannot allocate " + std::to_string(bytes) +
+                             " bytes of host staging memory; use --compute skip, or a smaller --model or --global-batch");
   return block;
 }
 

@@ -447,16 +447,47 @@ std::string rank_list(const std::vector<int>& ranks) {
 std::string diagnose_hang(const std::map<int, json>& records) {
   struct Stuck {
     std::string text;
-    bool step_end = false;             // the step's closing loss all-reduce
+    bool holds = false;  // its issuers cannot go on without the others: a step's end, a sendrecv
     std::vector<int> issued, never;
   };
   std::vector<Stuck> found;
   std::map<std::string, std::vector<int>> groups;
   std::map<std::pair<std::string, int>, json> last;  // (group, rank) -> its last collective there
+  std::map<std::pair<std::string, int>, json> last_p2p;  // (group, rank) -> its last sendrecv there
   for (const auto& [rank, rec] : records) {
     for (const auto& [name, ranks] : rec["flight"]["groups"].items()) groups[name] = ranks.get<std::vector<int>>();
     for (const json& e : rec["flight"]["entries"])
-      if (e["op"] != "sendrecv") last[{e["group"].get<std::string>(), rank}] = e;
+      (e["op"] == "sendrecv" ? last_p2p : last)[{e["group"].get<std::string>(), rank}] = e;
+  }
+  const auto last_text = [&](const std::map<std::pair<std::string, int>, json>& lasts, const std::string& group, int r) {
+    auto it = lasts.find({group, r});
+    return "rank " + std::to_string(r) + "'s last on " + group + ": " +
+           (it == lasts.end() ? std::string("none")
+                              : it->second["op"].get<std::string>() + " #" + std::to_string(it->second["seq"].get<int64_t>()) +
+                                    " (" + it->second["state"].get<std::string>() + ")") +
+           "; it was waiting in " + records.at(r).value("waiting_in", std::string("nothing (busy elsewhere)"));
+  };
+  // Send/recv pairs, numbered per rank: in a ring every member issues as many. Ranks waiting in
+  // their sendrecv #k while a member has issued fewer than k are waiting for that member.
+  for (const auto& [group, members] : groups) {
+    int64_t top = 0;
+    for (int r : members)
+      if (auto it = last_p2p.find({group, r}); it != last_p2p.end() && it->second["state"] != "done")
+        top = std::max(top, it->second["seq"].get<int64_t>());
+    if (top == 0) continue;
+    std::vector<int> waiting, behind;
+    for (int r : members) {
+      if (!records.count(r)) continue;
+      auto it = last_p2p.find({group, r});
+      const int64_t seq = it == last_p2p.end() ? 0 : it->second["seq"].get<int64_t>();
+      if (seq < top) behind.push_back(r);
+      else if (it->second["state"] != "done") waiting.push_back(r);
+    }
+    if (behind.empty() || waiting.empty()) continue;
+    std::string out = "sendrecv #" + std::to_string(top) + " on " + group + " was issued by " + rank_list(waiting) +
+                      ", waiting for a peer, and never by " + rank_list(behind);
+    for (int r : behind) out += "; " + last_text(last_p2p, group, r);
+    found.push_back({out + "\n", true, waiting, behind});
   }
   for (const auto& [group, members] : groups) {
     int64_t top = 0;
@@ -481,24 +512,18 @@ std::string diagnose_hang(const std::map<int, json>& records) {
     out += " was issued by " + rank_list(issued);
     if (!never.empty()) {
       out += " and never by " + rank_list(never);
-      for (int r : never) {
-        auto it = last.find({group, r});
-        out += "; rank " + std::to_string(r) + "'s last on " + group + ": " +
-               (it == last.end() ? std::string("none")
-                                 : it->second["op"].get<std::string>() + " #" + std::to_string(it->second["seq"].get<int64_t>()) +
-                                       " (" + it->second["state"].get<std::string>() + ")") +
-               "; it was waiting in " + records.at(r).value("waiting_in", std::string("nothing (busy elsewhere)"));
-      }
+      for (int r : never) out += "; " + last_text(last, group, r);
     }
     if (!silent.empty()) out += "; " + rank_list(silent) + " did not report (busy outside a collective, or gone)";
     found.push_back({out + "\n", stuck["op"] == kStepLossOp, issued, never});
   }
-  // Ranks held at a step's end never issue the next step's collectives: a collective that
-  // only the ranks past that end issued is a consequence, not the cause, and is not reported.
+  // Ranks held where they wait (at a step's end, in a sendrecv) never issue what comes after:
+  // a collective that only the ranks past that point issued is a consequence, not the cause,
+  // and is not reported.
   std::string out;
   for (const Stuck& s : found) {
-    const bool consequence = !s.step_end && !s.never.empty() && std::any_of(found.begin(), found.end(), [&](const Stuck& e) {
-      return e.step_end && std::all_of(s.never.begin(), s.never.end(), [&](int r) {
+    const bool consequence = !s.holds && !s.never.empty() && std::any_of(found.begin(), found.end(), [&](const Stuck& e) {
+      return e.holds && std::all_of(s.never.begin(), s.never.end(), [&](int r) {
                return std::find(e.issued.begin(), e.issued.end(), r) != e.issued.end();
              });
     });
@@ -623,6 +648,21 @@ void Job::fail(const Failure& failure, bool origin) {
   std::fflush(stdout);
   std::_Exit(1);
 }
+
+namespace {
+
+// What std::bad_alloc means in a chapter, and what to change: the host ran out of memory for
+// what --compute real holds there (the sim's tensors, the single-rank reference's copy of the
+// model, host staging), whose sizes the flags decide.
+std::string host_memory_exhausted(const CommonFlags& flags) {
+  return "out of host memory (std::bad_alloc): this rank could not allocate what the run holds on the CPU"
+         " (with --compute " + flags.compute + ", the simulated GPU's tensors live in host memory, and the"
+         " training chapters' check trains a single-rank copy of the model too); use --compute skip for large"
+         " models (time and memory are still simulated), or a smaller --model or --global-batch, or fewer"
+         " ranks on this machine";
+}
+
+}  // namespace
 
 // SIGTERM (mpirun ending the job because a rank died) or SIGINT (Ctrl+C): the next wait throws.
 extern "C" void shardlab_on_signal(int sig) { Watchdog::signal_received.store(sig); }
@@ -754,6 +794,8 @@ int run_chapter(int argc, char** argv, const ChapterInfo& info, const AddFlags& 
     status = job->finish();
   } catch (const JobFailure& f) {
     job->fail(f.failure, f.origin);
+  } catch (const std::bad_alloc&) {
+    job->fail({rank, "error", host_memory_exhausted(common)}, true);
   } catch (const std::exception& e) {
     job->fail({rank, "error", e.what()}, true);
   }
