@@ -402,7 +402,7 @@ add_test(NAME "ch08: the global batch divides among the data-parallel ranks only
 set_tests_properties("ch08: a sequence that does not cut into 2N chunks exits 2 before step 1, naming --seq-len and the layout"
                      "ch08: contiguous needs N chunks only" "ch08: --cp that does not divide the world exits 2 before step 1"
                      "ch08: the global batch divides among the data-parallel ranks only" PROPERTIES PROCESSORS 4)
-# The work per rank (FACTS: N = 8, c = 64), counted by the chapter as its attention launches.
+# The work per rank (the zigzag and contiguous layouts' counts, N = 8, c = 64), counted by the chapter as its attention launches.
 foreach(layout zigzag contiguous)
   set(name "ch08: 8 ranks, S = 1024, ${layout}: every rank's score entries are the layout's formula")
   add_test(NAME "${name}"
@@ -424,7 +424,7 @@ add_test(NAME "ch08: at cp 8 the slowest rank's attention is within 5% of the me
 set_tests_properties("ch08: at cp 8 the slowest rank's attention is within 5% of the mean under zigzag and above 1.5x under contiguous, memory the formula within 2%"
                      PROPERTIES FIXTURES_REQUIRED "ch08_balance_zigzag;ch08_balance_contiguous")
 
-# When the KV exchange hides (FACTS: s >= 4 F / B tokens per rank here): below the formula's
+# When the KV exchange hides (chapter 08's README: s >= 4 F / B tokens per rank here): below the formula's
 # crossover it is exposed well above the one hop per layer nothing can hide, above it it is
 # that hop; on NVLink (cp 8, crossover 253 tokens) and across two nodes (cp 16, 2,036 tokens).
 foreach(case "8;h100-8;1024;8192" "16;h100-2x8;16384;65536")

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Checks chapter 08's per-rank work against the layout's formula (FACTS, "Context-parallel ring
-attention"): the unmasked score entries each rank's attention computed, per sequence and head,
+"""Checks chapter 08's per-rank work against the layouts' formulas (zigzag: S(S+1)/(2N) on every
+rank, zhuzilin/ring-flash-attention's zigzag_ring_flash_attn.py layout; contiguous: rank r's causal
+rows): the unmasked score entries each rank's attention computed, per sequence and head,
 as each rank's entry of summary.json reports them.
 
     python3 tests/check_context_parallel.py runs/x/summary.json

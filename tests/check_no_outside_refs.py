@@ -9,7 +9,9 @@ tracks (`git -C REPO_ROOT ls-files`), as it is in the work tree, skipping traces
 binary files (a NUL byte in the first 8 KiB), and reports every line that
 
 1. names a file known to live outside the repository (FACTS.md, DESIGN.md) when the repository
-   tracks no file of that name;
+   tracks no file of that name, or cites one by its bare name (FACTS, "FACTS' example") or an
+   issue of the project's tracker by number (Issue 19), which no reader of the repository can
+   open;
 2. names a directory known to live outside it (shared/reference, shared/seeds, ../shared) when
    the repository tracks no shared/ directory; or
 3. holds a relative path starting with ../ (a Markdown link, a default path in a notebook, ...)
@@ -28,6 +30,8 @@ import sys
 # Built from pieces so the patterns read the same wherever this file is copied.
 OUTSIDE_FILES = ["FACTS" + ".md", "DESIGN" + ".md"]
 OUTSIDE_DIRS = ["shared/" + "reference", "shared/" + "seeds", "../" + "shared"]
+# The bare names: the notes file without its extension, and the tracker's issue numbers.
+BARE_CITATIONS = re.compile(r"\b" + "FA" + r"CTS\b|\b[Ii]" + r"ssue \d+\b")
 # A path that starts with ../ and is not glued to a word, a dot, a slash or a dash before it;
 # it runs up to whitespace, a quote, a bracket, a comma, a semicolon or a #fragment.
 PARENT_PATH = re.compile(r"(?<![\w./\-$~])((?:\.\./)+[^\s\"'`()<>\[\]{},;#\\]*)")
@@ -52,6 +56,7 @@ def problems_in_line(rel, line, outside_files, outside_dirs):
     for d in outside_dirs:
         if d in line:
             found.append(d)
+    found += [m.group(0) for m in BARE_CITATIONS.finditer(line) if m.group(0) + ".md" not in found]
     for m in PARENT_PATH.finditer(line):
         target = os.path.normpath(os.path.join(os.path.dirname(rel), m.group(1)))
         if target == ".." or target.startswith(".." + os.sep):

@@ -16,7 +16,7 @@ if(TARGET shardlab-view AND XVFB_RUN)
   set(_traces ${PROJECT_SOURCE_DIR}/traces)
   viewer_input_test(streams "chapter 00's Steps rows give memcpy and copy overlap as its files do, syncs are red and filter as a category"
                     ${_traces}/00_streams_events ${_traces}/02_naive_ddp)
-  # Issue 19: what PyTorch users have. Directories of trace files under any names, ranks from
+  # What PyTorch users have. Directories of trace files under any names, ranks from
   # distributedInfo, the name or the order, files that do not open reported while the rest
   # opens; a PyTorch trace's ruler in time since its first event.
   viewer_input_test(open_files "a directory of rank-R.json.gz, summary.json and broken files opens what it can and reports the rest, and a Kineto ruler starts at 0"
