@@ -302,9 +302,9 @@ foreach(case "05|--sweep --backward-prefetch post|--backward-prefetch: got 'post
   list(GET parts 1 flags_text)
   list(GET parts 2 message)
   separate_arguments(flags UNIX_COMMAND "${flags_text}")
-  add_test(NAME "ch${ch}: ${flags_text} exits 2 naming the flag"
+  add_test(NAME "ch${ch}: flags that contradict exit 2 naming the flag: ${flags_text}"
            COMMAND ${EXPECT_EXIT} 2 "${message}" --not "step 1/" -- ${MPIRUN} -np 2 $<TARGET_FILE:shardlab_ch${ch}> ${flags})
-  set_tests_properties("ch${ch}: ${flags_text} exits 2 naming the flag" PROPERTIES PROCESSORS 2)
+  set_tests_properties("ch${ch}: flags that contradict exit 2 naming the flag: ${flags_text}" PROPERTIES PROCESSORS 2)
 endforeach()
 add_test(NAME "harness: a string flag given another flag as its value exits 2 naming both"
          COMMAND ${EXPECT_EXIT} 2 "--trace-dir: got '--debug-collectives'; allowed: a non-empty string that does not start with --" --not "step 1/"
