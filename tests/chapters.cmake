@@ -309,33 +309,45 @@ endforeach()
 add_test(NAME "harness: a string flag given another flag as its value exits 2 naming both"
          COMMAND ${EXPECT_EXIT} 2 "--trace-dir: got '--debug-collectives'; allowed: a non-empty string that does not start with --" --not "step 1/"
                  -- ${MPIRUN} -np 1 $<TARGET_FILE:shardlab_ch02> --trace-dir --debug-collectives)
-# A rank that throws in step 3 of 5: every rank writes its trace so far (marked incomplete), its
-# flight record and a report; summary.json names the failure; the validator accepts the traces.
+# The failure paths, each a fail_one_rank run into ${RUNS}/<run> that must exit 1 with the
+# expected words (`expect`: expect_exit's arguments, shell-quoted), leave traces the validator
+# accepts as incomplete and, with `check` (check_failed_run.py's flags), the summary and flight
+# records a failed run owes.
 string(JOIN " " CHECK_FAILED_SH ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_failed_run.py)
-add_test(NAME "harness: a rank that throws in step 3 of 5 leaves every rank's steps 1-2, marked incomplete"
-         COMMAND sh -c "rm -rf '${RUNS}/failed_throw'; ${EXPECT_EXIT} 1 'rank 1: error: deliberate failure on rank 1' -- ${MPIRUN_SH} -np 3 $<TARGET_FILE:fail_one_rank> --steps 5 --failing-step 3 --trace-dir '${RUNS}' --run-name failed_throw && ${VALIDATE_SH} '${RUNS}/failed_throw' --ranks 3 --expect-incomplete && ${CHECK_FAILED_SH} '${RUNS}/failed_throw' --ranks 3 --failed-rank 1 --kind error --steps 2")
-set_tests_properties("harness: a rank that throws in step 3 of 5 leaves every rank's steps 1-2, marked incomplete" PROPERTIES TIMEOUT 60 PROCESSORS 3)
+function(shardlab_failed_run_test name run ranks timeout expect args check)
+  set(dir "'${RUNS}/${run}'")
+  set(cmd "rm -rf ${dir}; ${EXPECT_EXIT} 1 ${expect} -- ${MPIRUN_SH} -np ${ranks} $<TARGET_FILE:fail_one_rank> ${args} --trace-dir '${RUNS}' --run-name ${run} && ${VALIDATE_SH} ${dir} --ranks ${ranks} --expect-incomplete")
+  if(check)
+    string(APPEND cmd " && ${CHECK_FAILED_SH} ${dir} --ranks ${ranks} ${check}")
+  endif()
+  add_test(NAME "harness: ${name}" COMMAND sh -c "${cmd}")
+  set_tests_properties("harness: ${name}" PROPERTIES TIMEOUT ${timeout} PROCESSORS ${ranks})
+endfunction()
+# A rank that throws in step 3 of 5: every rank writes its trace so far (marked incomplete), its
+# flight record and a report; summary.json names the failure.
+shardlab_failed_run_test("a rank that throws in step 3 of 5 leaves every rank's steps 1-2, marked incomplete" failed_throw 3 60
+  "'rank 1: error: deliberate failure on rank 1'" "--steps 5 --failing-step 3" "--failed-rank 1 --kind error --steps 2")
 # A rank that skips one all-reduce (no --debug-collectives): the others wait in it, and after
 # --collective-timeout 5 the job ends naming the rank that never issued it (ctest's own limit:
 # the timeout + 10 s, and a few seconds for mpirun).
-add_test(NAME "harness: a rank that skips a collective ends after --collective-timeout naming itself"
-         COMMAND sh -c "rm -rf '${RUNS}/failed_skip'; ${EXPECT_EXIT} 1 'collective timeout \\(--collective-timeout 5 s\\): allreduce #3 on world \\(16 Float\\) was issued by ranks 0, 2 and never by rank 1' --also 'flight records: ' -- ${MPIRUN_SH} -np 3 $<TARGET_FILE:fail_one_rank> --mode skip --steps 3 --failing-step 3 --collective-timeout 5 --trace-dir '${RUNS}' --run-name failed_skip && ${VALIDATE_SH} '${RUNS}/failed_skip' --ranks 3 --expect-incomplete && ${CHECK_FAILED_SH} '${RUNS}/failed_skip' --ranks 3 --failed-rank 1 --kind timeout --steps 2")
-set_tests_properties("harness: a rank that skips a collective ends after --collective-timeout naming itself" PROPERTIES TIMEOUT 18 PROCESSORS 3)
+shardlab_failed_run_test("a rank that skips a collective ends after --collective-timeout naming itself" failed_skip 3 18
+  "'collective timeout \\(--collective-timeout 5 s\\): allreduce #3 on world \\(16 Float\\) was issued by ranks 0, 2 and never by rank 1' --also 'flight records: '"
+  "--mode skip --steps 3 --failing-step 3 --collective-timeout 5" "--failed-rank 1 --kind timeout --steps 2")
 # A rank that skips the step's last collective, the loss all-reduce in Job::Step's destructor:
 # the others' wait there times out inside a destructor, which must reach the harness (not
 # std::terminate), and the diagnosis names the rank that never reached the step's end.
-add_test(NAME "harness: a rank that skips the step's closing loss all-reduce is named, every trace written"
-         COMMAND sh -c "rm -rf '${RUNS}/failed_skip_loss'; ${EXPECT_EXIT} 1 'collective timeout \\(--collective-timeout 5 s\\): the end of step 2 \\(its loss all-reduce, over every rank\\) was issued by ranks 0, 2 and never by rank 1' --also 'flight records: ' --not 'terminate called' -- ${MPIRUN_SH} -np 3 $<TARGET_FILE:fail_one_rank> --mode skip-loss --steps 3 --failing-step 2 --collective-timeout 5 --trace-dir '${RUNS}' --run-name failed_skip_loss && ${VALIDATE_SH} '${RUNS}/failed_skip_loss' --ranks 3 --expect-incomplete && ${CHECK_FAILED_SH} '${RUNS}/failed_skip_loss' --ranks 3 --failed-rank 1 --kind timeout --steps 1")
-set_tests_properties("harness: a rank that skips the step's closing loss all-reduce is named, every trace written" PROPERTIES TIMEOUT 18 PROCESSORS 3)
+shardlab_failed_run_test("a rank that skips the step's closing loss all-reduce is named, every trace written" failed_skip_loss 3 18
+  "'collective timeout \\(--collective-timeout 5 s\\): the end of step 2 \\(its loss all-reduce, over every rank\\) was issued by ranks 0, 2 and never by rank 1' --also 'flight records: ' --not 'terminate called'"
+  "--mode skip-loss --steps 3 --failing-step 2 --collective-timeout 5" "--failed-rank 1 --kind timeout --steps 1")
 # A rank that skips a ring sendrecv (chapter 08's KV exchange): the rank after it waits for it;
 # the others go on to the next collective. The diagnosis names the rank that skipped, not the
 # ranks held in the sendrecv.
-add_test(NAME "harness: a rank that skips a ring sendrecv is named, not the ranks waiting for it"
-         COMMAND sh -c "rm -rf '${RUNS}/failed_skip_sendrecv'; ${EXPECT_EXIT} 1 'collective timeout \\(--collective-timeout 5 s\\): sendrecv #3 on world was issued by ranks 0, 2, waiting for a peer, and never by rank 1' --not 'never by ranks? [02]' -- ${MPIRUN_SH} -np 3 $<TARGET_FILE:fail_one_rank> --mode skip-sendrecv --steps 4 --failing-step 3 --collective-timeout 5 --trace-dir '${RUNS}' --run-name failed_skip_sendrecv && ${VALIDATE_SH} '${RUNS}/failed_skip_sendrecv' --ranks 3 --expect-incomplete && ${CHECK_FAILED_SH} '${RUNS}/failed_skip_sendrecv' --ranks 3 --failed-rank 1 --kind timeout --steps 2")
-set_tests_properties("harness: a rank that skips a ring sendrecv is named, not the ranks waiting for it" PROPERTIES TIMEOUT 18 PROCESSORS 3)
-add_test(NAME "harness: a rank out of host memory says so and what to change, every trace written"
-         COMMAND sh -c "rm -rf '${RUNS}/failed_host_oom'; ${EXPECT_EXIT} 1 'rank 1: error: out of host memory \\(std::bad_alloc\\)' --also 'use --compute skip' --not 'terminate called' -- ${MPIRUN_SH} -np 2 $<TARGET_FILE:fail_one_rank> --mode host-oom --steps 4 --failing-step 3 --trace-dir '${RUNS}' --run-name failed_host_oom && ${VALIDATE_SH} '${RUNS}/failed_host_oom' --ranks 2 --expect-incomplete")
-set_tests_properties("harness: a rank out of host memory says so and what to change, every trace written" PROPERTIES TIMEOUT 60 PROCESSORS 2)
+shardlab_failed_run_test("a rank that skips a ring sendrecv is named, not the ranks waiting for it" failed_skip_sendrecv 3 18
+  "'collective timeout \\(--collective-timeout 5 s\\): sendrecv #3 on world was issued by ranks 0, 2, waiting for a peer, and never by rank 1' --not 'never by ranks? [02]'"
+  "--mode skip-sendrecv --steps 4 --failing-step 3 --collective-timeout 5" "--failed-rank 1 --kind timeout --steps 2")
+shardlab_failed_run_test("a rank out of host memory says so and what to change, every trace written" failed_host_oom 2 60
+  "'rank 1: error: out of host memory \\(std::bad_alloc\\)' --also 'use --compute skip' --not 'terminate called'"
+  "--mode host-oom --steps 4 --failing-step 3" "")
 
 # Reference traces in traces/ must be what the code writes now: regenerate with the command in
 # traces/README.md and compare byte for byte.
