@@ -35,7 +35,6 @@ namespace {
 // The flight record's name for a step's closing loss all-reduce (Job::Step).
 constexpr const char* kStepLossOp = "step_loss_allreduce";
 
-
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -439,11 +438,14 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out;
 }
 
-// From the flight records of the ranks that reported (rank -> record): the collective some
-// ranks issued and others never did, and who. A group's collectives are numbered alike on all
-// its members (#1, #2, ...), so the highest number any member issued is the one the others
-// have not reached. Send/recv pairs are numbered per rank and left out. "" when nothing is
-// stuck that way (every rank timed out somewhere else, say).
+// From the flight records of the ranks that reported (rank -> record): the operation some ranks
+// issued and others never did, and who. A group's collectives are numbered alike on all its
+// members (#1, #2, ...), so the highest number any member issued is the one the others have
+// not reached; a step's closing loss all-reduce is numbered by the step. Send/recvs are
+// numbered per rank, and the chapters issue them only in rings, where every member issues as
+// many: a member with fewer than those held in one is the one they wait for. A collective that
+// only ranks past such a holding point issued is its consequence and is left out. "" when
+// nothing is stuck that way (every rank timed out somewhere else, say).
 std::string diagnose_hang(const std::map<int, json>& records) {
   struct Stuck {
     std::string text;
