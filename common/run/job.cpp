@@ -366,7 +366,7 @@ void Job::write_rank_trace(const json& other) const {
                                                {"computeMinor", p.compute_minor},
                                                {"numSms", p.sm_count},
                                                {"simulated", d.simulated()}}});
-  d.trace().write((fs::path(run_dir()) / ("rank" + std::to_string(rank_) + ".json")).string(), flags_.comm,
+  d.trace().write((fs::path(run_dir()) / rank_trace_file(rank_)).string(), flags_.comm,
                   d.base_time_ns(), device_properties, other);
 }
 
@@ -400,9 +400,9 @@ int Job::finish() {
       summary["ranks"].push_back(json::parse(s));
       races += summary["ranks"].back()["races"].size();
     }
-    std::ofstream out(dir / "summary.json");
+    std::ofstream out(dir / kSummaryFile);
     out << summary.dump(2) << "\n";
-    if (!out) throw std::runtime_error("cannot write " + (dir / "summary.json").string());
+    if (!out) throw std::runtime_error("cannot write " + (dir / kSummaryFile).string());
 
     if (races > 0) {
       std::cout << "\nrace check: " << races << " report(s):\n";
@@ -411,7 +411,7 @@ int Job::finish() {
     }
     const fs::path abs = fs::absolute(dir);
     std::cout << "\ntraces: " << abs.string() << "/rank{0.." << world_size_ - 1 << "}.json, summary: "
-              << (abs / "summary.json").string() << "\n";
+              << (abs / kSummaryFile).string() << "\n";
 #ifdef SHARDLAB_VIEWER_BIN
     std::cout << "open them: " SHARDLAB_VIEWER_BIN " " << abs.string() << "\n"
               << "       or drag a rank file into https://ui.perfetto.dev (or chrome://tracing)" << std::endl;
@@ -556,7 +556,7 @@ void Job::fail(const Failure& failure, bool origin) {
   json record = {{"rank", rank_}, {"failure", seen}, {"origin", origin}, {"waiting_in", w.last_wait()},
                  {"flight", w.flight().to_json()}};
   try {
-    write_json(dir / ("flight_record_rank" + std::to_string(rank_) + ".json"), record);
+    write_json(dir / flight_record_file(rank_), record);
     json other = other_data();
     other["incomplete"] = true;
     other["failure"] = failure.to_json();
@@ -633,7 +633,7 @@ void Job::fail(const Failure& failure, bool origin) {
   }
   summary["unreported_ranks"] = missing;
   try {
-    write_json(dir / "summary.json", summary);
+    write_json(dir / kSummaryFile, summary);
     std::cout << "\nthe run failed; what every rank had is in " << fs::absolute(dir).string()
               << " (traces marked incomplete, summary.json, flight_record_rank<R>.json)" << std::endl;
   } catch (const std::exception& e) {

@@ -17,11 +17,15 @@ std::string run_name_problem(const std::string& name) {
   return "";
 }
 
+std::string rank_trace_file(int rank) { return "rank" + std::to_string(rank) + ".json"; }
+
+std::string flight_record_file(int rank) { return "flight_record_rank" + std::to_string(rank) + ".json"; }
+
 std::vector<std::string> run_files(int world_size) {
   std::vector<std::string> files;
-  for (int r = 0; r < world_size; ++r) files.push_back("rank" + std::to_string(r) + ".json");
-  files.push_back("summary.json");
-  for (int r = 0; r < world_size; ++r) files.push_back("flight_record_rank" + std::to_string(r) + ".json");
+  for (int r = 0; r < world_size; ++r) files.push_back(rank_trace_file(r));
+  files.push_back(kSummaryFile);
+  for (int r = 0; r < world_size; ++r) files.push_back(flight_record_file(r));
   return files;
 }
 

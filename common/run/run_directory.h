@@ -25,6 +25,11 @@ inline constexpr const char* kRunManifest = ".shardlab-run";
 // run stays inside --trace-dir and never lands in (or clears) the directory above it.
 std::string run_name_problem(const std::string& name);
 
+// The names of a run's files: what the writers write and the manifest lists, from one place.
+std::string rank_trace_file(int rank);     // rank<R>.json
+std::string flight_record_file(int rank);  // flight_record_rank<R>.json
+inline constexpr const char* kSummaryFile = "summary.json";
+
 // The files a run of `world_size` ranks may write.
 std::vector<std::string> run_files(int world_size);
 
