@@ -153,7 +153,7 @@ TEST_CASE("ring: 8 ranks, 256 MiB: 2(N-1) steps of count/N, bandwidth near the l
   CHECK(library_busbw == Approx(t.profile.intra.busbw_GBps).epsilon(0.05));
   // The hand ring pays, on top of the same transfers, a launch latency per step and an unfused
   // add per reduce-scatter step: exactly that much slower, which puts it at about 3/4 of the link.
-  const double transfer_us = 14 * static_cast<double>(p2p_ns(t.profile.intra, bytes / 8)) / 1e3;
+  const double transfer_us = 14 * static_cast<double>(p2p_ns(ring_path(t.profile, {0, 1}), bytes / 8)) / 1e3;
   const double add_us = 7 * static_cast<double>(kernel_ns(t.profile, bytes / 32, 12 * bytes / 32, DType::f32,
                                                           KernelClass::elementwise)) / 1e3;
   CHECK(ring == Approx(transfer_us + add_us).epsilon(0.01));

@@ -5,9 +5,11 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <numeric>
 
 #include <nlohmann/json.hpp>
 
+#include "comm/comm.h"
 #include "device/cost_model.h"
 #include "run/flags.h"
 #include "run/run_directory.h"
@@ -233,25 +235,93 @@ TEST_CASE("cost model: memcpy is latency plus bytes over the link", "[cost]") {
 }
 
 TEST_CASE("cost model: NCCL ring all-reduce, steps and bandwidth", "[cost]") {
-  const LinkTier nv = load_profile("h100-8").intra;
+  const Profile h100 = load_profile("h100-8");
+  const RingPath nv = ring_path(h100, {0, 1, 2, 3, 4, 5, 6, 7});
   const double S = 256.0 * (1 << 20);
   // Simple: 8.4 + 14 x 3.4 us + 2(n-1)/n x S / 370 GB/s at n = 8.
   const double expect_us = 8.4 + 14 * 3.4 + 2.0 * 7 / 8 * S / 370e3;
-  CHECK(collective_ns(nv, CollectiveKind::all_reduce, S, 8) == static_cast<int64_t>(std::ceil(expect_us * 1000)));
-  CHECK(collective_protocol(nv, CollectiveKind::all_reduce, S, 8) == "SIMPLE");
+  CHECK(collective_ns(nv, CollectiveKind::all_reduce, S) == static_cast<int64_t>(std::ceil(expect_us * 1000)));
+  CHECK(collective_protocol(nv, CollectiveKind::all_reduce, S) == "SIMPLE");
   // Tiny messages take LL: lower latency.
-  CHECK(collective_protocol(nv, CollectiveKind::all_reduce, 1024, 8) == "LL");
-  CHECK(collective_ns(nv, CollectiveKind::all_reduce, 1024, 8) < collective_ns(nv, CollectiveKind::all_reduce, 1 << 24, 8));
+  CHECK(collective_protocol(nv, CollectiveKind::all_reduce, 1024) == "LL");
+  CHECK(collective_ns(nv, CollectiveKind::all_reduce, 1024) < collective_ns(nv, CollectiveKind::all_reduce, 1 << 24));
   // all-gather moves half the bytes of an all-reduce of the gathered size, in half the steps.
-  const double ag = static_cast<double>(collective_ns(nv, CollectiveKind::all_gather, S, 8));
-  const double ar = static_cast<double>(collective_ns(nv, CollectiveKind::all_reduce, S, 8));
+  const double ag = static_cast<double>(collective_ns(nv, CollectiveKind::all_gather, S));
+  const double ar = static_cast<double>(collective_ns(nv, CollectiveKind::all_reduce, S));
   CHECK(ag / ar == Approx(0.5).epsilon(0.02));
-  // The network tier is slower than NVLink.
-  const LinkTier ib = load_profile("h100-2x8").inter;
-  CHECK(collective_ns(ib, CollectiveKind::all_reduce, S, 16) > 5 * collective_ns(nv, CollectiveKind::all_reduce, S, 8));
+  // A network of one NIC a node is far slower than NVLink.
+  const Profile two = load_profile("h100-2x8-1nic");
+  std::vector<int> all(16);
+  std::iota(all.begin(), all.end(), 0);
+  CHECK(collective_ns(ring_path(two, all), CollectiveKind::all_reduce, S) > 5 * collective_ns(nv, CollectiveKind::all_reduce, S));
+}
+
+// Hand-computed from NVIDIA/nccl src/graph/tuning.cc at tag v2.23.4-1 (ncclTopoTuneModel, Ring):
+//   latency = baseLat + (nsteps - nInterSteps) x intraLat + nInterSteps x interLat
+//   nsteps: all-reduce 2(n-1), all-gather and reduce-scatter n-1
+//   nInterSteps: 0 on one node, else all-reduce 2(nNodes-1), the others nNodes-1
+//   intraLat: NVLink Ring hop (Simple 3.4, LL 0.6), on several nodes at least the net overhead
+//             (1 us on Intel CPUs) x3 for Simple
+//   interLat: NET Ring hop (Simple 14, LL 2.7); NET Tree hop (Simple 14, LL 5.0) when ppn == 1
+//   baseLat[Ring]: Simple 8.4, LL 6.6; broadcast: base + one hop (sameChannels)
+TEST_CASE("cost model: ring latency is NCCL's, inside a node and across 2 and 8 nodes", "[cost]") {
+  struct Case {
+    const char* profile;
+    int ranks_per_node, nodes;
+    CollectiveKind kind;
+    double simple_us, ll_us;
+  };
+  const CollectiveKind AR = CollectiveKind::all_reduce, AG = CollectiveKind::all_gather,
+                       RS = CollectiveKind::reduce_scatter, BC = CollectiveKind::broadcast;
+  const Case cases[] = {
+      // One node of 8: every step an NVLink hop.
+      {"h100-8", 8, 1, AR, 8.4 + 14 * 3.4, 6.6 + 14 * 0.6},
+      {"h100-8", 8, 1, AG, 8.4 + 7 * 3.4, 6.6 + 7 * 0.6},
+      {"h100-8", 8, 1, RS, 8.4 + 7 * 3.4, 6.6 + 7 * 0.6},
+      {"h100-8", 8, 1, BC, 8.4 + 3.4, 6.6 + 0.6},
+      // Two nodes of 8: 2 of an all-reduce's 30 steps cross the network, 1 of an all-gather's 15.
+      // (The old model charged all 15 at 14 us: 218.4 us against NCCL's 70.0.)
+      {"h100-2x8", 8, 2, AR, 8.4 + 28 * 3.4 + 2 * 14, 6.6 + 28 * 1.0 + 2 * 2.7},
+      {"h100-2x8", 8, 2, AG, 8.4 + 14 * 3.4 + 1 * 14, 6.6 + 14 * 1.0 + 1 * 2.7},
+      {"h100-2x8", 8, 2, RS, 8.4 + 14 * 3.4 + 1 * 14, 6.6 + 14 * 1.0 + 1 * 2.7},
+      {"h100-2x8", 8, 2, BC, 8.4 + 14, 6.6 + 2.7},
+      // One rank a node (HSDP's replica groups): every step crosses, at the Tree's network hop.
+      {"h100-2x8", 1, 2, AR, 8.4 + 2 * 14, 6.6 + 2 * 5.0},
+      {"h100-2x8", 1, 2, AG, 8.4 + 1 * 14, 6.6 + 1 * 5.0},
+      // Eight nodes of 8.
+      {"h100-8x8", 8, 8, AR, 8.4 + 112 * 3.4 + 14 * 14, 6.6 + 112 * 1.0 + 14 * 2.7},
+      {"h100-8x8", 8, 8, AG, 8.4 + 56 * 3.4 + 7 * 14, 6.6 + 56 * 1.0 + 7 * 2.7},
+      {"h100-8x8", 8, 8, RS, 8.4 + 56 * 3.4 + 7 * 14, 6.6 + 56 * 1.0 + 7 * 2.7},
+      {"h100-8x8", 1, 8, AR, 8.4 + 14 * 14, 6.6 + 14 * 5.0},
+      {"h100-8x8", 1, 8, RS, 8.4 + 7 * 14, 6.6 + 7 * 5.0},
+      {"h100-8x8", 2, 8, AG, 8.4 + 8 * 3.4 + 7 * 14, 6.6 + 8 * 1.0 + 7 * 2.7},
+  };
+  for (const Case& c : cases) {
+    const Profile p = load_profile(c.profile);
+    std::vector<int> ranks;
+    for (int node = 0; node < c.nodes; ++node)
+      for (int g = 0; g < c.ranks_per_node; ++g) ranks.push_back(node * p.gpus_per_node + g);
+    const RingPath path = ring_path(p, ranks);
+    INFO(c.profile << ": " << collective_name(c.kind) << " over " << c.nodes << " node(s) x " << c.ranks_per_node);
+    CHECK(path.nodes == c.nodes);
+    CHECK(collective_latency_us(path, c.kind, false) == Approx(c.simple_us));
+    CHECK(collective_latency_us(path, c.kind, true) == Approx(c.ll_us));
+  }
+  // A CPU with a costlier network post (AMD: 2 us) floors every intra-node step of a ring that
+  // spans nodes: Simple 6 us > NVLink's 3.4.
+  Profile amd = load_profile("h100-2x8");
+  amd.inter.net_overhead_us = 2.0;
+  std::vector<int> all(16);
+  std::iota(all.begin(), all.end(), 0);
+  CHECK(collective_latency_us(ring_path(amd, all), AG, false) == Approx(8.4 + 14 * 6.0 + 14));
+  CHECK(collective_latency_us(ring_path(amd, all), AG, true) == Approx(6.6 + 14 * 2.0 + 2.7));
 }
 
 TEST_CASE("cost model: a send/recv pays one launch, one hop and the bytes", "[cost]") {
-  const LinkTier nv = load_profile("h100-8").intra;
-  CHECK(p2p_ns(nv, 370e3) == 12800);  // 8.4 + 3.4 + 1 us
+  const Profile one = load_profile("h100-8");
+  CHECK(p2p_ns(ring_path(one, {0, 1}), 370e3) == 12800);  // 8.4 + 3.4 + 1 us
+  // Across nodes: the network's hop (14 us) and one NIC's 46 GB/s.
+  const Profile two = load_profile("h100-2x8");
+  CHECK(p2p_ns(ring_path(two, {0, 8}), 46e3) == 23400);  // 8.4 + 14 + 1 us
+  CHECK(p2p_ns(ring_path(two, {7, 6}), 370e3) == 12800);  // a pair on one node of a two-node job
 }

@@ -91,14 +91,14 @@ void sweep(Job& job, Comm& comm, Stream& s) {
   const int64_t max_bytes = opt.max_bytes ? opt.max_bytes : (dev.computes() ? int64_t{16} << 20 : int64_t{1} << 30);
   std::vector<int64_t> sizes;
   for (int64_t b = opt.min_bytes; b <= max_bytes; b *= 2) sizes.push_back(b);
-  const LinkTier& link = link_for(dev.profile(), comm.world_ranks());
+  const RingPath path = ring_path(dev.profile(), comm.world_ranks());
 
   // One buffer of the largest size; each message is a view of its front.
   Tensor buf = dev.empty({max_bytes / 4}, DType::f32, s, "buf");
   Tensor scratch = dev.empty({max_bytes / 4}, DType::f32, s, "scratch");
   if (dev.computes()) ops::fill(dev, s, buf, 1.0f);
 
-  job.say("sweep on " + std::to_string(n) + " ranks, " + link.name + " (profile " + dev.profile().name +
+  job.say("sweep on " + std::to_string(n) + " ranks, " + path.link.name + " (profile " + dev.profile().name +
           "), float sum, " + std::to_string(job.steps()) + " timed repetition(s) after " +
           std::to_string(opt.warmup) + " warm-up, " + (dev.simulated() ? "simulated" : "measured") + " time\n");
   job.say("                           ring                 |          naive            |         library           |     model (NCCL ring)");
@@ -131,7 +131,7 @@ void sweep(Job& job, Comm& comm, Stream& s) {
         row.time_us[static_cast<int>(v)] = dev.elapsed_us(start, end) / static_cast<double>(job.steps());
       }
     }
-    const double model_us = static_cast<double>(collective_ns(link, CollectiveKind::all_reduce, static_cast<double>(bytes), n)) / 1e3;
+    const double model_us = static_cast<double>(collective_ns(path, CollectiveKind::all_reduce, static_cast<double>(bytes))) / 1e3;
     char line[256];
     int at = std::snprintf(line, sizeof line, "%10lld %9lld", static_cast<long long>(bytes), static_cast<long long>(count));
     for (int v = 0; v < 3; ++v) {
@@ -140,7 +140,7 @@ void sweep(Job& job, Comm& comm, Stream& s) {
     }
     const auto [alg, bus] = add_row("model", bytes, model_us);
     // NCCL times both protocols and takes the faster: LL below a size, Simple above.
-    rows.back()["protocol"] = collective_protocol(link, CollectiveKind::all_reduce, static_cast<double>(bytes), n);
+    rows.back()["protocol"] = collective_protocol(path, CollectiveKind::all_reduce, static_cast<double>(bytes));
     std::snprintf(line + at, sizeof line - static_cast<size_t>(at), "  %9.2f %6.2f %6.2f", model_us, alg, bus);
     job.say(line);
   }
@@ -153,8 +153,16 @@ void sweep(Job& job, Comm& comm, Stream& s) {
     if (model_rows[i - 1]["protocol"] == "LL" && model_rows[i]["protocol"] == "SIMPLE")
       job.say("\nprotocol: LL up to " + human_bytes(model_rows[i - 1]["bytes"].get<double>()) + ", Simple from " +
               human_bytes(model_rows[i]["bytes"].get<double>()) +
-              " (LL: less latency per step, " + std::to_string(static_cast<int>(link.ll_bw_fraction * 100 + 0.5)) +
+              " (LL: less latency per step, " + std::to_string(static_cast<int>(path.link.ll_bw_fraction * 100 + 0.5)) +
               "% of the bandwidth)");
+  // What the model charges before any byte moves: NCCL's ring latency (cost_model.h).
+  const auto AR = CollectiveKind::all_reduce;
+  const int steps = ring_steps(AR, n), crossing = ring_network_steps(AR, path.nodes);
+  char latency[192];
+  std::snprintf(latency, sizeof latency, "latency (model): Simple %.1f us, LL %.1f us: %d ring steps", collective_latency_us(path, AR, false),
+                collective_latency_us(path, AR, true), steps);
+  job.say(std::string(latency) + (path.nodes > 1 ? ", " + std::to_string(crossing) + " of them across the network"
+                                                 : ", each an intra-node hop"));
 
   // Headline figures: the largest message (bandwidth bound) and the smallest (latency bound, at
   // the default sizes); a sweep of one size has only the first.
@@ -175,7 +183,7 @@ void sweep(Job& job, Comm& comm, Stream& s) {
       job.figure(std::string(v) + "_small_us", find(v, small, "time_us"), "us",
                  std::string(v) + ": time of the " + std::to_string(small) + " B all-reduce" +
                      (small <= 4096 ? " (all latency)" : ""));
-  job.figure("link_busbw_GBps", link.busbw_GBps, "GB/s", "the profile's bus bandwidth for this group (" + link.name + ")");
+  job.figure("link_busbw_GBps", path.link.busbw_GBps, "GB/s", "the profile's bus bandwidth for this group (" + path.link.name + ")");
   dev.free(scratch);
   dev.free(buf);
 }

@@ -145,8 +145,12 @@ void lesson(Job& job) {
   }
   job.set_strategy(sweep ? std::string(full_shard ? "FSDP FULL_SHARD" : "FSDP SHARD_GRAD_OP") + ", every prefetch mode"
                          : describe(configs[0]));
+  // A unit's parameters as its FlatParam holds them, padded to a multiple of the world.
+  const ch04::UnitSizes sizes = ch04::unit_sizes(model.config());
+  const auto padded = [&](int64_t n) { return std::to_string(ch04::ShardLayout{n, job.world_size()}.padded()); };
   job.say("model " + setup.model + ": " + std::to_string(gpt_num_params(model.config())) + " parameters in " +
-          std::to_string(model.config().layers + 1) + " FlatParams");
+          std::to_string(model.config().layers + 1) + " FlatParams (the root " + padded(sizes.root) + ", a block " +
+          padded(sizes.block) + ", padded to a multiple of " + std::to_string(job.world_size()) + ")");
   if (job.world_size() == 1) job.say("world size 1: nothing to shard, FSDP falls back to NO_SHARD (as PyTorch does)");
   if (dev.computes()) job.say("loss floor (the data's entropy rate): " + std::to_string(batch.chain().entropy_rate()) + " nats");
 

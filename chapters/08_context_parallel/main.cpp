@@ -66,12 +66,12 @@ void add_flags(Flags& f) {
 double MiB(double bytes) { return bytes / (1024.0 * 1024.0); }
 
 // The slowest link between neighbours of the ring: every step waits for its slowest transfer.
-LinkTier slowest_hop(const Profile& profile, const Comm& group) {
+RingPath slowest_hop(const Profile& profile, const Comm& group) {
   const std::vector<int>& ranks = group.world_ranks();
-  LinkTier slowest = link_for(profile, {ranks[0], ranks[0]});
+  RingPath slowest = ring_path(profile, {ranks[0], ranks[0]});
   for (size_t i = 0; i < ranks.size(); ++i) {
-    const LinkTier hop = link_for(profile, {ranks[i], ranks[(i + 1) % ranks.size()]});
-    if (hop.busbw_GBps < slowest.busbw_GBps) slowest = hop;
+    RingPath hop = ring_path(profile, {ranks[i], ranks[(i + 1) % ranks.size()]});
+    if (hop.link.busbw_GBps < slowest.link.busbw_GBps) slowest = std::move(hop);
   }
   return slowest;
 }
@@ -109,7 +109,7 @@ void lesson(Job& job) {
   job.say("model " + setup.model + ", " + std::to_string(setup.global_batch) + " sequence(s) of " +
           std::to_string(setup.T) + " tokens a step; " + std::to_string(N) + " ranks per sequence (" + cp_layout +
           "), " + std::to_string(layout.local_tokens()) + " tokens each; ring " +
-          group_ranks_text(group->world_ranks()) + " over " + slowest_hop(profile, *group).name);
+          group_ranks_text(group->world_ranks()) + " over " + slowest_hop(profile, *group).link.name);
   ch02::start_training(job, replica);
 
   // 4. Chapter 03's step. Nothing in it knows about the ring: the model's attention does.
@@ -156,11 +156,11 @@ void lesson(Job& job) {
   // The KV exchange hides under a step's attention when each rank's chunk is long enough
   // (README.md, "When the KV exchange hides"): per step a rank sends 2 s C x 4 bytes and computes
   // 4 s^2 C x rho FLOPs (rho = 1/2 for the balanced causal steps), so s >= (4 / (2 rho)) F / B.
-  const LinkTier hop = slowest_hop(profile, *group);
+  const RingPath hop = slowest_hop(profile, *group);
   const double F = profile.peak_tflops_f32 * 1e12 * profile.attention_efficiency;
-  const double B = hop.busbw_GBps * 1e9;
+  const double B = hop.link.busbw_GBps * 1e9;
   job.figure("kv_hidden_from_tokens", 4.0 * F / B, "tokens",
-             "per rank and step, by the formula on the slowest hop (" + hop.name + ")");
+             "per rank and step, by the formula on the slowest hop (" + hop.link.name + ")");
   // One transfer per layer no compute can hide: backward's last dK, dV hop, which brings each
   // rank its own chunk's gradient after its last kernel.
   const double chunk_bytes = 2.0 * static_cast<double>(model.B() * layout.local_tokens() * cfg.channels) * 4;

@@ -4,6 +4,7 @@
 #include <climits>
 #include <map>
 #include <numeric>
+#include <set>
 
 namespace shardlab {
 
@@ -143,6 +144,33 @@ LinkTier link_for(const Profile& profile, const std::vector<int>& world_ranks) {
   if (nics > gpus) link.name.append(" (x").append(format_ratio(nics, gpus)).append(" NICs)");
   if (nics < gpus) link.name.append(" (").append(format_ratio(nics, gpus)).append(" of a NIC)");
   return link;
+}
+
+// NCCL's tuner (src/graph/tuning.cc, tag v2.23.4-1) charges a ring on one node the node's hop for
+// every step. On a ring that spans nodes, a step inside a node still has to wait for the proxy
+// thread that posts the network transfers, so it costs at least the network's post overhead
+// (tripled for Simple); a step across the network costs the network's ring hop, or its Tree hop
+// when every node holds one rank ("with ppn=1 latencies are fully exposed"). A broadcast is
+// charged one hop of the slowest tier.
+RingPath ring_path(const Profile& profile, const std::vector<int>& world_ranks) {
+  RingPath path;
+  path.link = link_for(profile, world_ranks);
+  path.ranks = static_cast<int>(world_ranks.size());
+  std::set<int> nodes;
+  for (int r : world_ranks) nodes.insert(profile.node_of(r));
+  path.nodes = std::max<int>(1, static_cast<int>(nodes.size()));
+  const StepLatency node_hop{profile.intra.simple_hop_us, profile.intra.ll_hop_us};
+  if (path.nodes == 1) {
+    path.intra_step = path.broadcast_hop = node_hop;
+    return path;
+  }
+  const NetworkTier& net = profile.inter;
+  path.intra_step = {std::max(node_hop.simple_us, 3 * net.net_overhead_us), std::max(node_hop.ll_us, net.net_overhead_us)};
+  const bool one_rank_a_node = path.ranks == path.nodes;
+  path.inter_step = one_rank_a_node ? StepLatency{net.simple_hop_exposed_us, net.ll_hop_exposed_us}
+                                    : StepLatency{net.simple_hop_us, net.ll_hop_us};
+  path.broadcast_hop = {net.simple_hop_us, net.ll_hop_us};
+  return path;
 }
 
 std::string group_ranks_text(const std::vector<int>& world_ranks) {

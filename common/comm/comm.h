@@ -80,6 +80,9 @@ LinkTierKind link_tier_of(const Profile& profile, const std::vector<int>& world_
 // The link whose constants the cost model charges the group: the profile's intra tier, or its
 // inter tier with the bandwidth of the NICs the group's ring uses (comm.cpp).
 LinkTier link_for(const Profile& profile, const std::vector<int>& world_ranks);
+// The group's ring as the cost model charges it: link_for's link, the nodes it spans and the
+// latency of its steps inside a node and across the network (comm.cpp).
+RingPath ring_path(const Profile& profile, const std::vector<int>& world_ranks);
 // "[0, 1, 2, 3]": a group's ranks in the job, as Kineto's "Process Group Ranks" writes them.
 std::string group_ranks_text(const std::vector<int>& world_ranks);
 

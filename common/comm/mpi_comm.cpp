@@ -111,7 +111,7 @@ MpiComm::MpiComm(Device& dev, SimDevice* sim, MPI_Comm comm, std::string name, s
       name_(std::move(name)),
       world_ranks_(std::move(world_ranks)),
       check_(debug ? std::make_unique<MismatchCheck>(comm, name_, world_ranks_) : nullptr),
-      link_(link_for(dev.profile(), world_ranks_)),
+      path_(ring_path(dev.profile(), world_ranks_)),
       message_limit_(INT_MAX) {
   MPI_Comm_rank(comm_, &rank_);
 }
@@ -350,7 +350,7 @@ int64_t MpiComm::agree_alike(const Call& call, int64_t ready_ns) {
 std::pair<int64_t, int64_t> MpiComm::agree_collective(const Call& call, int64_t ready_ns) {
   // A collective starts when its last member arrives; the others wait (their comm_wait slice).
   const int64_t start = agree_alike(call, ready_ns);
-  return {start, start + collective_ns(link_, *call.kind, call.bytes(), size())};
+  return {start, start + collective_ns(path_, *call.kind, call.bytes())};
 }
 
 std::pair<int64_t, int64_t> MpiComm::agree_p2p(const Call& call, int64_t ready_ns) {
@@ -387,10 +387,10 @@ std::pair<int64_t, int64_t> MpiComm::agree_p2p(const Call& call, int64_t ready_n
   int64_t start = std::numeric_limits<int64_t>::max(), end = 0;
   auto transfer = [&](int peer, int64_t peer_ready, int64_t nelems) {
     // A pair on one node talks over the intra-node link even inside a group that spans nodes.
-    const LinkTier& link = link_for(dev_.profile(), {world_ranks_[rank_], world_ranks_[peer]});
+    const RingPath pair = ring_path(dev_.profile(), {world_ranks_[rank_], world_ranks_[peer]});
     const int64_t t = std::max(ready_ns, peer_ready);
     start = std::min(start, t);
-    end = std::max(end, t + p2p_ns(link, static_cast<double>(nelems) * static_cast<double>(dtype_size(call.dtype))));
+    end = std::max(end, t + p2p_ns(pair, static_cast<double>(nelems) * static_cast<double>(dtype_size(call.dtype))));
   };
   if (call.to >= 0) transfer(call.to, to_ready, call.in_nelems);
   if (call.from >= 0) transfer(call.from, from_ready, call.out_nelems);
@@ -409,7 +409,7 @@ CollectiveArgs MpiComm::trace_args(const Call& call, int64_t seq) const {
   if (call.kind) {
     op.name = std::string(collective_name(*call.kind));
     op.kernel_name = nccl_kernel_name(*call.kind, call.op, call.dtype,
-                                      collective_protocol(link_, *call.kind, call.bytes(), size()));
+                                      collective_protocol(path_, *call.kind, call.bytes()));
   }
   return collective_args(*this, op);
 }

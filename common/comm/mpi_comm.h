@@ -52,7 +52,7 @@ class MpiComm final : public Comm {
   const std::vector<int>& world_ranks() const override { return world_ranks_; }
   const std::string& name() const override { return name_; }
   Device& device() const override { return dev_; }
-  const LinkTier& link() const { return link_; }
+  const LinkTier& link() const { return path_.link; }
 
   // Children are named "<parent>.split(<color>)" and inherit debug mode.
   std::unique_ptr<Comm> split(int color, int key) override;
@@ -104,7 +104,7 @@ class MpiComm final : public Comm {
   std::string waiting_for_;  // the operation under way, as a timeout names it
   int rank_ = 0;
   std::unique_ptr<MismatchCheck> check_;  // debug mode only
-  LinkTier link_;
+  RingPath path_;  // what the cost model charges this group's collectives
   int64_t message_limit_;
   int64_t last_end_ns_ = 0;  // the previous operation's end (identical on all members after a collective)
   int64_t seq_ = 0;          // collectives issued on this communicator (the same on every member)

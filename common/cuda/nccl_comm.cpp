@@ -119,8 +119,7 @@ namespace {
 // profile's link (NCCL's tuner decides for real).
 std::string predicted_kernel(const Device& dev, const std::vector<int>& ranks, CollectiveKind kind, ReduceOp op,
                              DType dtype, double bytes) {
-  const LinkTier& link = link_for(dev.profile(), ranks);
-  return nccl_kernel_name(kind, op, dtype, collective_protocol(link, kind, bytes, static_cast<int>(ranks.size())));
+  return nccl_kernel_name(kind, op, dtype, collective_protocol(ring_path(dev.profile(), ranks), kind, bytes));
 }
 
 }  // namespace

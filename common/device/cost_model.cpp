@@ -27,14 +27,9 @@ RingShape ring_shape(CollectiveKind kind, int n) {
   return {0, 0};
 }
 
-double simple_us(const LinkTier& l, CollectiveKind kind, double bytes, int n) {
-  const RingShape r = ring_shape(kind, n);
-  return l.simple_base_us + r.steps * l.simple_hop_us + r.traffic * bytes / (l.busbw_GBps * 1e3);
-}
-
-double ll_us(const LinkTier& l, CollectiveKind kind, double bytes, int n) {
-  const RingShape r = ring_shape(kind, n);
-  return l.ll_base_us + r.steps * l.ll_hop_us + r.traffic * bytes / (l.busbw_GBps * l.ll_bw_fraction * 1e3);
+double protocol_us(const RingPath& p, CollectiveKind kind, double bytes, bool ll) {
+  const double busbw_bytes_per_us = p.link.busbw_GBps * 1e3 * (ll ? p.link.ll_bw_fraction : 1.0);
+  return collective_latency_us(p, kind, ll) + ring_shape(kind, p.ranks).traffic * bytes / busbw_bytes_per_us;
 }
 
 double efficiency(const Profile& p, KernelClass cls) {
@@ -67,19 +62,39 @@ int64_t memcpy_ns(const Profile& p, double bytes, CopyKind kind) {
   return to_ns(p.memcpy_latency_us + bytes / (GBps * 1e3));
 }
 
-int64_t collective_ns(const LinkTier& link, CollectiveKind kind, double bytes, int ranks) {
-  if (ranks <= 1) return to_ns(link.simple_base_us);  // NCCL still launches a (local) kernel
-  return to_ns(std::min(simple_us(link, kind, bytes, ranks), ll_us(link, kind, bytes, ranks)));
+int64_t collective_ns(const RingPath& path, CollectiveKind kind, double bytes) {
+  if (path.ranks <= 1) return to_ns(path.link.simple_base_us);  // NCCL still launches a (local) kernel
+  return to_ns(std::min(protocol_us(path, kind, bytes, false), protocol_us(path, kind, bytes, true)));
 }
 
-std::string_view collective_protocol(const LinkTier& link, CollectiveKind kind, double bytes, int ranks) {
-  if (ranks <= 1) return "SIMPLE";
-  return ll_us(link, kind, bytes, ranks) < simple_us(link, kind, bytes, ranks) ? "LL" : "SIMPLE";
+int ring_steps(CollectiveKind kind, int n) { return ring_shape(kind, n).steps; }
+
+// The steps of a ring that cross the network. A ring visits each node once, so it crosses between
+// nodes `nodes` times a turn; a piece of data travels n-1 steps (all-gather, reduce-scatter) and
+// crosses nodes-1 of those boundaries, twice over for an all-reduce. (Tag v2.19.4-1 charged an
+// all-reduce 2 x nodes network steps; v2.23.4-1 corrected it to 2(nodes-1).)
+int ring_network_steps(CollectiveKind kind, int nodes) {
+  if (nodes <= 1) return 0;
+  return kind == CollectiveKind::all_reduce ? 2 * (nodes - 1) : nodes - 1;
 }
 
-int64_t p2p_ns(const LinkTier& link, double bytes) {
-  // A send/recv pair is its own NCCL launch: it pays the base latency and one hop.
-  return to_ns(link.simple_base_us + link.simple_hop_us + bytes / (link.busbw_GBps * 1e3));
+double collective_latency_us(const RingPath& p, CollectiveKind kind, bool ll) {
+  const double base = ll ? p.link.ll_base_us : p.link.simple_base_us;
+  auto of = [ll](const StepLatency& s) { return ll ? s.ll_us : s.simple_us; };
+  if (kind == CollectiveKind::broadcast) return base + of(p.broadcast_hop);
+  const int steps = ring_shape(kind, p.ranks).steps, crossing = ring_network_steps(kind, p.nodes);
+  return base + (steps - crossing) * of(p.intra_step) + crossing * of(p.inter_step);
+}
+
+std::string_view collective_protocol(const RingPath& path, CollectiveKind kind, double bytes) {
+  if (path.ranks <= 1) return "SIMPLE";
+  return protocol_us(path, kind, bytes, true) < protocol_us(path, kind, bytes, false) ? "LL" : "SIMPLE";
+}
+
+int64_t p2p_ns(const RingPath& pair, double bytes) {
+  // A send/recv pair is its own NCCL launch: it pays the base latency and one hop of its link.
+  const double hop_us = pair.nodes > 1 ? pair.inter_step.simple_us : pair.intra_step.simple_us;
+  return to_ns(pair.link.simple_base_us + hop_us + bytes / (pair.link.busbw_GBps * 1e3));
 }
 
 std::string_view collective_name(CollectiveKind kind) {

@@ -158,7 +158,10 @@ Profile load_profile(const std::string& name_or_path) {
     p.nodes = static_cast<int>(number(root, "topology.nodes", f, kCount));
     p.nics_per_node = static_cast<int>(number(root, "topology.nics_per_node", f, kCount));
     p.intra = link(root, "intra", f);
-    p.inter = link(root, "inter", f);
+    static_cast<LinkTier&>(p.inter) = link(root, "inter", f);
+    p.inter.simple_hop_exposed_us = number(root, "links.inter.simple_hop_exposed_us", f, kLatency);
+    p.inter.ll_hop_exposed_us = number(root, "links.inter.ll_hop_exposed_us", f, kLatency);
+    p.inter.net_overhead_us = number(root, "links.inter.net_overhead_us", f, kLatency);
   } catch (const json::exception& e) {  // a field of the wrong type ("name": 3)
     throw std::runtime_error("profile " + f + ": " + e.what());
   }

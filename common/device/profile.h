@@ -22,6 +22,15 @@ struct LinkTier {
   double ll_bw_fraction = 0;     // ...at a fraction of the bandwidth
 };
 
+// The network between nodes has three more of NCCL's constants (src/graph/tuning.cc, tag
+// v2.23.4-1), because a ring that spans nodes is charged differently (cost_model.h, RingPath).
+struct NetworkTier : LinkTier {
+  double simple_hop_exposed_us = 0;  // a network step when each node holds one rank of the ring:
+  double ll_hop_exposed_us = 0;      // NCCL then charges the network's Tree latencies
+  double net_overhead_us = 0;        // CPU cost of posting one network transfer (the proxy thread):
+                                     // no step of a ring that spans nodes is cheaper (x3 for Simple)
+};
+
 struct Profile {
   std::string name;
   std::string description;
@@ -53,7 +62,7 @@ struct Profile {
   int nodes = 0;
   int nics_per_node = 0;  // network links of a node, shared by its GPUs (inter is one NIC)
   LinkTier intra;  // within a node
-  LinkTier inter;  // a group that spans nodes
+  NetworkTier inter;  // a group that spans nodes
 
   int max_ranks() const { return gpus_per_node * nodes; }
   int node_of(int rank) const { return rank / gpus_per_node; }
