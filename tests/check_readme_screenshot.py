@@ -5,7 +5,7 @@ A README shows a viewer screenshot, `![...](PICTURE)` (a chapter's: viewer.png, 
 with the command that made it in italics right under it:
 
     *`xvfb-run -a build/viewer/shardlab-view traces/... --range T0:T1 --size WxH
-    --screenshot chapters/<chapter>/viewer.png` (from the repository root...): what to look at.*
+    --screenshot runs/screenshots/<chapter>.png` (from the repository root...): what to look at.*
 
 This reruns that command as written, from the repository root (the README's directory or the
 first above it holding traces/), with VIEWER in place of build/viewer/shardlab-view and OUT.png
@@ -13,8 +13,9 @@ in place of the README's picture, and checks the result as check_screenshot.py d
 --size asks for, not blank, the compute-blue and comm-orange lane colours (the colours of the
 work the picture shows: a CPU-only PyTorch trace has no kernels, so there it is the CPU ops'
 grey and the annotations' purple). So the README's command stays valid: a flag renamed, a trace
-moved or a viewer that draws nothing fails here (--cpu-trace: the picture is of a CPU-only run). It also checks that the command writes the
-picture the README shows (at that size).
+moved or a viewer that draws nothing fails here (--cpu-trace: the picture is of a CPU-only run). The
+command writes under runs/, never over the picture the README shows (which is a copy of what it
+wrote, at the size --size asks for).
 """
 import os
 import re
@@ -63,8 +64,11 @@ def main():
         if flag not in args or args.index(flag) + 1 >= len(args):
             fail(f"the command has no {flag} VALUE")
     shot = args.index("--screenshot") + 1
-    if args[shot] != picture:
-        fail(f"the command writes {args[shot]}, but the README shows {picture}")
+    # A reader who runs the command must not overwrite the picture in the repository: the command
+    # writes under runs/ (ignored by git), and the README's picture is a copy of what it wrote.
+    if not args[shot].startswith("runs/") or os.path.splitext(args[shot])[1] != ".png":
+        fail(f"the command writes {args[shot]}: a README's screenshot command writes a .png under runs/, "
+             f"never over the picture it shows ({picture})")
     width, height = (int(v) for v in args[args.index("--size") + 1].split("x"))
 
     # The README's picture is what the command makes: at least its size.

@@ -29,6 +29,15 @@ if(TARGET shardlab-view AND XVFB_RUN)
   viewer_input_test(kineto_gpu "a Kineto 2.x ncclDevKernel links across ranks by group and Seq with its bytes"
                     ${_traces}/03_bucketed_ddp ${_traces}/02_naive_ddp)
 
+  # A learner's own runs are 8 or 16 ranks, not the reference traces' rank 0: comparing two
+  # 16-rank runs must keep both runs' rank 0 on the screen (the other ranks fold under one header).
+  set(_name "viewer: --compare of two 16-rank runs shows both runs' rank 0 on one screen, the other ranks folded")
+  set(_dir ${CMAKE_BINARY_DIR}/test-viewer/compare16)
+  set(_ch07 "${MPIRUN_SH} -np 16 $<TARGET_FILE:shardlab_ch07> --profile h100-2x8-1nic --model gpt2-small --global-batch 16 --seq-len 1024 --compute skip --steps 2 --trace-dir '${_dir}'")
+  add_test(NAME "${_name}"
+           COMMAND sh -c "rm -rf '${_dir}' && ${_ch07} --sharding full --run-name full > /dev/null && ${_ch07} --run-name hybrid > /dev/null && ${XVFB_RUN} -a $<TARGET_FILE:shardlab-view> '${_dir}/full' --compare '${_dir}/hybrid' --size 1600x900 --state-out '${_dir}/state.json' > /dev/null && ${Python3_EXECUTABLE} -c \"import json,sys; s=json.load(open(sys.argv[1]))['layout']; L=s['lanes']; seen={(l['run'], l['rank']) for l in L}; print(sorted(seen)); whole=[l['name'] for l in L if l['run'] == 1 and l['y'] + l['height'] <= s['tracks_bottom']]; print(whole); sys.exit(0 if seen == {(0, 0), (1, 0)} and len(whole) >= 2 else 1)\" '${_dir}/state.json'")
+  set_tests_properties("${_name}" PROPERTIES TIMEOUT 180 RESOURCE_LOCK xvfb PROCESSORS 2)
+
   # The README's picture of PyTorch's DDP against FSDP: its caption's command, rerun as written.
   set(_name "viewer: the README screenshot command of PyTorch's DDP against FSDP works")
   add_test(NAME "${_name}"

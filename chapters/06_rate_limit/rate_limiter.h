@@ -13,7 +13,10 @@
 // events recorded on the compute stream after each reshard that freed memory. Before each
 // all-gather, if the queue holds `max_inflight` events (2 in PyTorch), the CPU takes the oldest
 // and synchronizes on it: the all-gather of unit k waits until unit k-2's parameters are free
-// on the GPU. At most two unsharded units (plus the root) are then in flight.
+// on the GPU. The queue can hold more than `max_inflight` events, though: only one is taken per
+// all-gather, and the end of backward frees two units (the first block and the root) with no
+// all-gather after them. So a step starts with extra events queued, and early in forward the
+// all-gather of unit k waits for unit k-3's free (README.md, "Where it changes nothing").
 #pragma once
 
 #include <algorithm>

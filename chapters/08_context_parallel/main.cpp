@@ -18,6 +18,7 @@
 //   --cp-layout contiguous    rank r holds the r-th N-th of the sequence: causal work piles up last
 
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -161,6 +162,13 @@ void lesson(Job& job) {
   const double B = hop.link.busbw_GBps * 1e9;
   job.figure("kv_hidden_from_tokens", 4.0 * F / B, "tokens",
              "per rank and step, by the formula on the slowest hop (" + hop.link.name + ")");
+  // The same formula for a bf16 run: 2-byte K and V, attention on the tensor cores at the same
+  // fraction of their peak (README.md: the threshold grows with the kernel's speed).
+  const double F_bf16 = profile.peak_tflops_bf16 * 1e12 * profile.attention_efficiency;
+  char bf16[192];
+  std::snprintf(bf16, sizeof bf16, "kv_hidden_from_tokens in bf16 (2-byte K and V, %.1f TFLOP/s x %.2f on the tensor cores): %.1f tokens per rank",
+                profile.peak_tflops_bf16, profile.attention_efficiency, 2.0 * F_bf16 / B);
+  job.say(bf16);
   // One transfer per layer no compute can hide: backward's last dK, dV hop, which brings each
   // rank its own chunk's gradient after its last kernel.
   const double chunk_bytes = 2.0 * static_cast<double>(model.B() * layout.local_tokens() * cfg.channels) * 4;

@@ -169,12 +169,25 @@ void timeline(AppState& app, float height) {
     if (app.runs.size() > 1)
       ImGui::TextColored(r == 0 ? ImVec4(0.5f, 0.8f, 1, 1) : ImVec4(1, 0.75f, 0.4f, 1), "%s: %s",
                          r == 0 ? "run" : "compared", run.label.c_str());
-    for (int k = 0; k < static_cast<int>(run.model.ranks.size()); ++k) {
+    // Two runs: each shows rank 0, and its other ranks fold under one header (closed at first),
+    // so the compared run stays on the screen whatever the rank count.
+    const int ranks = static_cast<int>(run.model.ranks.size());
+    bool others_open = true;
+    for (int k = 0; k < ranks; ++k) {
+      if (app.runs.size() > 1 && k == 1) {
+        char fold[64];
+        std::snprintf(fold, sizeof fold, ranks == 2 ? "rank %d" : "ranks %d to %d", run.model.ranks[1].rank,
+                      run.model.ranks.back().rank);
+        others_open = ImGui::TreeNodeEx(fold, ImGuiTreeNodeFlags_NoTreePushOnOpen | ImGuiTreeNodeFlags_SpanAvailWidth);
+      }
+      if (!others_open) {  // folded: no lanes, so nothing to draw or to hit
+        f.lane_y[r][k].assign(run.model.ranks[k].lanes.size(), NAN);
+        continue;
+      }
       const Rank& rank = run.model.ranks[k];
       std::vector<float>& ys = f.lane_y[r][k];
       ys.assign(rank.lanes.size(), NAN);
       ImGui::PushID(k);
-      // Two runs: rank 0 of each open, so both fit on one screen; the other ranks a click away.
       ImGui::SetNextItemOpen(app.runs.size() == 1 || k == 0, ImGuiCond_Once);
       char header[96];
       std::snprintf(header, sizeof header, "rank %d", rank.rank);

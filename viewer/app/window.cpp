@@ -326,6 +326,10 @@ void Viewer::present() { glfwSwapBuffers(window_); }
 bool Viewer::should_close() const { return glfwWindowShouldClose(window_); }
 
 bool Viewer::write_png(const std::string& path) const {
+  // A README's screenshot command writes under runs/, which a fresh clone does not have yet.
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);  // a failure shows in the write
   int w = 0, h = 0;
   glfwGetFramebufferSize(window_, &w, &h);
   std::vector<unsigned char> pixels(static_cast<size_t>(w) * static_cast<size_t>(h) * 3);
