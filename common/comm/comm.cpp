@@ -4,7 +4,6 @@
 #include <climits>
 #include <map>
 #include <numeric>
-#include <set>
 
 namespace shardlab {
 
@@ -122,6 +121,17 @@ LinkTierKind link_tier_of(const Profile& profile, const std::vector<int>& world_
   return one_node ? LinkTierKind::intra_node : LinkTierKind::network;
 }
 
+namespace {
+
+// node -> how many of the group's ranks sit on it.
+std::map<int, int> members_per_node(const Profile& profile, const std::vector<int>& world_ranks) {
+  std::map<int, int> members;
+  for (int r : world_ranks) ++members[profile.node_of(r)];
+  return members;
+}
+
+}  // namespace
+
 // A group inside one node pays the node's link. A group that spans nodes pays the network, whose
 // tier in a profile is one NIC. A ring that crosses from one node to the next carries, at that
 // boundary, what one rank sends, and NCCL spreads the ring's channels over the NICs near the
@@ -134,8 +144,7 @@ LinkTierKind link_tier_of(const Profile& profile, const std::vector<int>& world_
 // ignores NCCL's tree algorithm and PXN; a pair (sendrecv) is one member a node.
 LinkTier link_for(const Profile& profile, const std::vector<int>& world_ranks) {
   if (link_tier_of(profile, world_ranks) == LinkTierKind::intra_node) return profile.intra;
-  std::map<int, int> members;  // node -> the group's ranks on it
-  for (int r : world_ranks) ++members[profile.node_of(r)];
+  const std::map<int, int> members = members_per_node(profile, world_ranks);
   int fewest = INT_MAX;
   for (const auto& [node, n] : members) fewest = std::min(fewest, n);
   const int nics = fewest * profile.nics_per_node, gpus = profile.gpus_per_node;  // NICs = nics / gpus
@@ -156,9 +165,7 @@ RingPath ring_path(const Profile& profile, const std::vector<int>& world_ranks) 
   RingPath path;
   path.link = link_for(profile, world_ranks);
   path.ranks = static_cast<int>(world_ranks.size());
-  std::set<int> nodes;
-  for (int r : world_ranks) nodes.insert(profile.node_of(r));
-  path.nodes = std::max<int>(1, static_cast<int>(nodes.size()));
+  path.nodes = std::max<int>(1, static_cast<int>(members_per_node(profile, world_ranks).size()));
   const StepLatency node_hop{profile.intra.simple_hop_us, profile.intra.ll_hop_us};
   if (path.nodes == 1) {
     path.intra_step = path.broadcast_hop = node_hop;
