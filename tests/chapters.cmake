@@ -266,6 +266,13 @@ shardlab_readme_test(ch05 shardlab_ch05 05_prefetch)
 shardlab_readme_test(ch06 shardlab_ch06 06_rate_limit)
 shardlab_readme_test(ch07 shardlab_ch07 07_hsdp --profile h100-2x2)
 shardlab_readme_test(ch08 shardlab_ch08 08_context_parallel)
+# The top-level README has no run of its own: its numbers come from the commands it quotes
+# (chapters and tests/fail_one_rank), or say why no run here can print them (benchmarks, the H200).
+add_test(NAME "README: every number the top-level README quotes is printed by a run, derived or marked unchecked"
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_readme_figures.py --numbers ${PROJECT_SOURCE_DIR}/README.md
+                 --mpirun "${MPIRUN_SH}" --bin $<TARGET_FILE_DIR:shardlab_ch02> --bin $<TARGET_FILE_DIR:fail_one_rank>)
+set_tests_properties("README: every number the top-level README quotes is printed by a run, derived or marked unchecked"
+                     PROPERTIES TIMEOUT 120 PROCESSORS 3)
 
 # The local rank (on a GPU: which GPU a rank takes) comes from Open MPI's or Slurm's variable, else
 # from MPI; Slurm's is set by hand under mpirun here (tests/check_local_rank.py).
@@ -477,9 +484,9 @@ function(shardlab_notebook_test notebook)
   # summary.json exists, and a run left by an older build would be checked against today's code.
   get_filename_component(stem ${notebook} NAME_WE)
   set(runs ${RUNS}/notebooks/${stem})
-  add_test(NAME "notebook: ${notebook} executes"
-           COMMAND sh -c "rm -rf '${runs}' && SHARDLAB_BUILD='${CMAKE_BINARY_DIR}' SHARDLAB_RUNS='${runs}' SHARDLAB_FIGURES='${CMAKE_BINARY_DIR}/test-figures' ${JUPYTER} nbconvert --to notebook --execute '${PROJECT_SOURCE_DIR}/notebooks/${notebook}' --output-dir '${CMAKE_BINARY_DIR}/test-notebooks'")
-  set_tests_properties("notebook: ${notebook} executes" PROPERTIES TIMEOUT 900 PROCESSORS 4)
+  add_test(NAME "notebook: ${notebook} executes and its prose quotes what its cells print"
+           COMMAND sh -c "rm -rf '${runs}' && SHARDLAB_BUILD='${CMAKE_BINARY_DIR}' SHARDLAB_RUNS='${runs}' SHARDLAB_FIGURES='${CMAKE_BINARY_DIR}/test-figures' ${JUPYTER} nbconvert --to notebook --execute '${PROJECT_SOURCE_DIR}/notebooks/${notebook}' --output-dir '${CMAKE_BINARY_DIR}/test-notebooks' && ${Python3_EXECUTABLE} '${CMAKE_CURRENT_SOURCE_DIR}/check_notebook_numbers.py' '${CMAKE_BINARY_DIR}/test-notebooks/${notebook}'")
+  set_tests_properties("notebook: ${notebook} executes and its prose quotes what its cells print" PROPERTIES TIMEOUT 900 PROCESSORS 4)
 endfunction()
 shardlab_notebook_test(00_streams_events.ipynb)
 shardlab_notebook_test(01_ring_allreduce.ipynb)
@@ -534,7 +541,7 @@ if(TARGET shardlab-view AND XVFB_RUN)
           "drop|dropping a run directory onto the empty window loads it"
           "bad_path|a bad path in the path field shows an error and the app keeps running"
           "cancel|a load runs in the background with a progress bar and Cancel stops it"
-          "collective|a click on a collective lists it on every rank at the trace files' times and links the ranks"
+          "collective|a click on a collective lists it on every rank at the trace files' times and links the ranks, and names the FSDP unit it is for"
           "compare|--compare aligns the runs at a step and its table averages equal the summaries"
           "search_filter|search counts the matching slices and unticking a category hides its slices")
     string(REPLACE "|" ";" _parts "${scenario_and_name}")

@@ -867,6 +867,37 @@ state {v.state_file('waits')}
     check(sum(1 for _, w in want.values() if w > 0) >= 1, "(some rank waited before it, so the waits above mean "
           f"something: {[round(w, 3) for _, w in want.values()]})")
 
+    # 3. Chapter 05's FSDP: an all-gather and a reduce-scatter say which unit they are for, by the
+    # CPU ops around their launches (the file's cuda_runtime event with the kernel's correlation,
+    # and the cpu_op events on its thread that enclose it), innermost FlatParam's op naming it.
+    fsdp_dir = os.path.join(os.path.dirname(os.path.abspath(run_dir)), "05_prefetch")
+    evs = trace_events(fsdp_dir)[0]
+    kernels = collective_kernels(evs)
+    for kind, op in (("allgather", "FlatParam.unshard"), ("reduce_scatter", "FlatParam.reduce_scatter")):
+        of_kind = [e for e, _ in kernels if e["args"]["Collective name"] == kind]
+        k = of_kind[len(of_kind) // 2]
+        launch = next(e for e in evs if e.get("cat") == "cuda_runtime" and
+                      e.get("args", {}).get("correlation") == k["args"]["correlation"])
+        around = sorted((e for e in evs if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation") and
+                         (e["pid"], e["tid"]) == (launch["pid"], launch["tid"]) and e["ts"] <= launch["ts"] and
+                         e["ts"] + e["dur"] >= launch["ts"] + launch["dur"]), key=lambda e: (e["ts"], -e["dur"]))
+        names = [e["name"] for e in around]
+        check(bool(names) and names[-1].startswith(op + " (") and names[-1].endswith(")"),
+              f"(the file: rank 0's {kind} at {k['ts']} us was launched inside {names}, the last {op} (unit))")
+        rng = ["--range", f"{k['ts'] - k['dur']}:{k['ts'] + 2 * k['dur']}"]
+        f0 = v.replay("", [fsdp_dir], rng)
+        fl = lane(f0, 0, k["tid"])
+        v.replay(f"""
+click {px(x_at(f0, k['ts'] + k['dur'] / 2))} {row_y(fl)}
+wait
+state {v.state_file('unit_' + kind)}
+""", [fsdp_dir], rng)
+        sel = v.load("unit_" + kind)["selected"] or {}
+        check(sel.get("name") == k["name"] and close(sel.get("start_us"), k["ts"], 1e-3) and
+              sel.get("launched_in") == names,
+              f"chapter 05's {kind} at {k['ts']} us: its details say it was launched in {names}: "
+              f"got {sel.get('name')} at {sel.get('start_us')}, launched in {sel.get('launched_in')}")
+
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 

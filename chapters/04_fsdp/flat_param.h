@@ -117,6 +117,9 @@ class FlatParam {
   // All-gather the shards into the whole padded flat buffer, on the unshard stream; the
   // parameters become views into its first N elements.
   void unshard(Stream& unshard_stream) {
+    // A CPU op around the launch names the unit: the all-gather kernel alone says only its size
+    // (the viewer shows it as "launched in ... FlatParam.unshard (block8)").
+    HostScope scope(job_.device(), "FlatParam.unshard (" + name_ + ")");
     // lab: begin 04.unshard "unshard: all-gather the shards into the flat parameter, on the unshard stream" #the-flatparameter uses(unshard_stream)
     Device& dev = job_.device();
     if (!sharded()) {
@@ -174,6 +177,7 @@ class FlatParam {
   // The first: predivide and reduce-scatter on `post`; returns this rank's shard of the sum,
   // allocated on `post` (a group of one has nothing to scatter: the gradient itself).
   Tensor reduce_scatter_grad(Stream& compute, Stream& post) {
+    HostScope scope(job_.device(), "FlatParam.reduce_scatter (" + name_ + ")");  // names the unit, as unshard's
     // lab: begin 04.reduce-grad "reduce_grad: predivide, reduce-scatter on the post-backward stream, postdivide, accumulate" #the-step uses(compute, post)
     Device& dev = job_.device();
     release_grad_views();

@@ -67,6 +67,8 @@ class HybridRuntime : public ch06::RateLimitedRuntime {
 
  protected:
   void reduce_grad(ch04::FlatParam& flat) override {
+    // Names the unit for the replicas' all-reduce, as FlatParam's own ops do for its collectives.
+    HostScope scope(dev_, "HybridRuntime.reduce_grad (" + flat.name() + ")");
     // lab: begin 07.reduce-grad "HSDP's gradient: reduce-scatter in the node, then all-reduce across replicas" #the-mesh uses(flat)
     if (!replicate_ || flat.grad_world() == 1) return RateLimitedRuntime::reduce_grad(flat);  // world 1: nothing
     // Predivide and reduce-scatter inside the node, on post_backward, as chapter 04 does...

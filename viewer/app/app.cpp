@@ -161,6 +161,34 @@ const CollectiveRecord* collective_record(const Run& run, int rank, int lane, ui
   return i ? &run.model.ranks[static_cast<size_t>(rank)].timeline.collectives[*i] : nullptr;
 }
 
+std::vector<uint32_t> launch_context(const Run& run, int rank, int lane, uint32_t slice) {
+  const Rank& r = run.model.ranks[static_cast<size_t>(rank)];
+  const Slice& s = r.lanes[static_cast<size_t>(lane)].slices[slice];
+  if (!r.lanes[static_cast<size_t>(lane)].device || s.correlation == 0) return {};
+  const auto& by_correlation = run.by_correlation[static_cast<size_t>(rank)];
+  const auto it = by_correlation.find(s.correlation);
+  if (it == by_correlation.end()) return {};
+  for (const SliceRef& p : it->second) {
+    const Lane& host = r.lanes[static_cast<size_t>(p.lane)];
+    if (host.device) continue;
+    const Slice& launch = host.slices[p.slice];
+    const DepthIndex& index = run.depth_index[static_cast<size_t>(rank)][static_cast<size_t>(p.lane)];
+    std::vector<uint32_t> names;
+    // Slices of one depth row do not overlap and are sorted by start: the row's op around the
+    // launch, if any, is the last one to start at or before it.
+    for (size_t d = 0; d < std::min<size_t>(launch.depth, index.size()); ++d) {
+      const std::vector<uint32_t>& row = index[d].slices;
+      const auto after = std::partition_point(row.begin(), row.end(), [&](uint32_t k) {
+        return host.slices[k].start_us <= launch.start_us; });
+      if (after == row.begin()) continue;
+      const Slice& op = host.slices[*(after - 1)];
+      if (op.end_us >= launch.end_us) names.push_back(op.name);
+    }
+    return names;
+  }
+  return {};
+}
+
 bool AppState::filtering() const {
   return searching() || highlighting() ||
          std::find(show_category.begin(), show_category.end(), false) != show_category.end();
@@ -417,6 +445,15 @@ void slice_details(const AppState& app, const SliceRef& ref) {
                        static_cast<long long>(c->seq), c->group.c_str(), c->peers.size());
     ImGui::Text("starts %s apart, longest wait before it %s%s", format_time(last - first).c_str(),
                 format_time(longest_wait).c_str(), s.start_us > first ? "; this rank started late" : "");
+  }
+
+  // What it is for, as the CPU said when it launched it: on a collective, the unit it gathers or
+  // reduces ("FlatParam.unshard (block8)").
+  if (const std::vector<uint32_t> context = launch_context(run, ref.rank, ref.lane, ref.slice); !context.empty()) {
+    std::string path;
+    for (uint32_t name : context) path += (path.empty() ? "" : " > ") + run.model.names[name];
+    ImGui::Separator();
+    ImGui::Text("launched in %s", path.c_str());
   }
 
   if (s.correlation != 0) {

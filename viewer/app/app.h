@@ -82,6 +82,13 @@ struct Run {
 // A communication kernel's record in its rank's timeline (nullptr: not one).
 const CollectiveRecord* collective_record(const Run& run, int rank, int lane, uint32_t slice);
 
+// Where a device slice came from: the CPU ops enclosing its launch (the host slice sharing its
+// correlation), outermost first, names as TraceModel::names indices. A chapter names the unit an
+// all-gather or reduce-scatter is for in the op around its launch ("FlatParam.unshard (block8)"),
+// PyTorch's FSDP2 in its own ("FSDP::all_gather (layers.8)"); the kernel itself cannot say.
+// Empty: not a device slice, or its launch is not in the file.
+std::vector<uint32_t> launch_context(const Run& run, int rank, int lane, uint32_t slice);
+
 // A slice's category as the timeline colours it and the legend filters it.
 ViewCategory view_category(const Run& run, const Slice& s);
 

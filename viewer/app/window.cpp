@@ -121,6 +121,10 @@ nlohmann::json slice_json(const AppState& app, const SliceRef& ref) {
     j["collective_metrics"] = to_json(c);
     j["collective_metrics"]["link"] = c.link;
   }
+  // The CPU ops around its launch, outermost first (what its details say it was launched in).
+  nlohmann::json context = nlohmann::json::array();
+  for (uint32_t name : launch_context(run, ref.rank, ref.lane, ref.slice)) context.push_back(run.model.names[name]);
+  j["launched_in"] = context;
   return j;
 }
 
