@@ -281,8 +281,42 @@ add_test(NAME "harness: each rank's local rank comes from OMPI_COMM_WORLD_LOCAL_
                  --bin $<TARGET_FILE:shardlab_ch00> --out ${RUNS})
 set_tests_properties("harness: each rank's local rank comes from OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or MPI, and is recorded" PROPERTIES TIMEOUT 120 PROCESSORS 2)
 
+# The numerics check catches a gradient reduced with the wrong divisor in 2 steps, at worlds 2
+# and 3, which the parameters alone cannot (AdamW's step ignores a gradient's scale), and passes
+# the right reduction (tests/wrong_divisor.cpp).
+add_executable(wrong_divisor wrong_divisor.cpp)
+target_link_libraries(wrong_divisor PRIVATE shardlab_common shardlab_warnings)
+target_include_directories(wrong_divisor PRIVATE ${PROJECT_SOURCE_DIR}/chapters)
+foreach(np 2 3)
+  set(_inverse 0.5)  # 1 / np, as the message rounds it
+  if(np EQUAL 3)
+    set(_inverse 0.333)
+  endif()
+  foreach(case "sum|AdamW's first moment differs from single-rank training: .*wte.weight's ${np} times the reference's"
+               "twice|AdamW's first moment differs from single-rank training: .*wte.weight's ${_inverse} times the reference's"
+               "skip|parameters differ from single-rank training: relative error")
+    string(REPLACE "|" ";" _parts "${case}")
+    list(GET _parts 0 _bug)
+    list(GET _parts 1 _message)
+    set(_name "numerics: a gradient ${_bug} (wrong divisor) fails the single-rank check in 2 steps at world ${np}")
+    add_test(NAME "${_name}" COMMAND ${EXPECT_EXIT} 1 "${_message}" -- ${MPIRUN} -np ${np} $<TARGET_FILE:wrong_divisor> --bug ${_bug} --trace-dir ${RUNS} --run-name wrong_divisor_${_bug}_${np})
+    set_tests_properties("${_name}" PROPERTIES TIMEOUT 60 PROCESSORS ${np})
+  endforeach()
+  set(_name "numerics: the right divisor passes the single-rank check at world ${np}")
+  add_test(NAME "${_name}" COMMAND ${EXPECT_EXIT} 0 "relative_error_vs_single_rank" --also "moment_scale_worst *1.000" -- ${MPIRUN} -np ${np} $<TARGET_FILE:wrong_divisor> --bug none --trace-dir ${RUNS} --run-name wrong_divisor_none_${np})
+  set_tests_properties("${_name}" PROPERTIES TIMEOUT 60 PROCESSORS ${np})
+endforeach()
+
 add_executable(fail_one_rank fail_one_rank.cpp)
 target_link_libraries(fail_one_rank PRIVATE shardlab_common shardlab_warnings)
+# A full disk: rank 1's trace and rank 0's summary.json cannot be written (their temporary files
+# are links to /dev/full, whose every write fails with ENOSPC). The job says what it wrote, what
+# it did not and why, and leaves no temporary file behind.
+set(_dir ${RUNS}/disk_full)
+set(_name "harness: on a full disk a failed run says which files it wrote, which not and why, and leaves no temporary file")
+add_test(NAME "${_name}"
+         COMMAND sh -c "rm -rf '${_dir}' && mkdir -p '${_dir}' && ln -s /dev/full '${_dir}/rank1.json.tmp' && ln -s /dev/full '${_dir}/summary.json.tmp' && ${EXPECT_EXIT} 1 'the run failed; in .*disk_full, written: the traces \\(marked incomplete\\) of ranks 0, 2, the flight records of ranks 0, 1, 2; not written: rank 0: cannot write .*summary.json: No space left on device; rank 1: cannot write .*rank1.json: No space left on device' -- ${MPIRUN_SH} -np 3 $<TARGET_FILE:fail_one_rank> --trace-dir '${RUNS}' --run-name disk_full && test ! -e '${_dir}/rank1.json.tmp' && test ! -e '${_dir}/summary.json.tmp' && test -s '${_dir}/rank0.json'")
+set_tests_properties("${_name}" PROPERTIES TIMEOUT 60 PROCESSORS 3)
 add_test(NAME "harness: a rank that throws brings the whole job down with its message"
          COMMAND ${EXPECT_EXIT} 1 "rank 1: error: deliberate failure on rank 1" -- ${MPIRUN} -np 3 $<TARGET_FILE:fail_one_rank> --trace-dir ${RUNS})
 set_tests_properties("harness: a rank that throws brings the whole job down with its message" PROPERTIES TIMEOUT 60 PROCESSORS 3)

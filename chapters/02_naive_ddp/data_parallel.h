@@ -13,10 +13,12 @@
 // all of them.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
+#include <functional>
 #include <numeric>
 #include <optional>
 #include <stdexcept>
@@ -190,14 +192,9 @@ class Replica {
     ops::adamw(job_.device(), job_.device().compute_stream(), params_, grads_, m_, v_, step + 1, setup_.adamw);
   }
 
-  // Every parameter, back in the model's order, on the host.
-  std::vector<float> gather_params() {
-    std::vector<float> laid_out(static_cast<size_t>(params_.numel()));
-    copy_to_host(job_.device(), job_.device().compute_stream(), laid_out.data(), params_);
-    std::vector<float> natural(laid_out.size());
-    place_params(model_.params(), layout_, laid_out.data(), natural);
-    return natural;
-  }
+  // Every parameter, back in the model's order, on the host; and AdamW's first moment of each.
+  std::vector<float> gather_params() { return in_natural_order(params_); }
+  std::vector<float> gather_moments() { return in_natural_order(m_); }
 
  private:
   // Where each parameter starts in the model's natural order.
@@ -206,6 +203,15 @@ class Replica {
     int64_t offset = 0;
     for (size_t i = 0; i < at.size(); ++i) at[i] = offset, offset += model_.params()[i].shape.numel();
     return at;
+  }
+
+  // A buffer in this replica's layout, on the host in the model's order.
+  std::vector<float> in_natural_order(const Tensor& laid_out_buffer) {
+    std::vector<float> laid_out(static_cast<size_t>(laid_out_buffer.numel()));
+    copy_to_host(job_.device(), job_.device().compute_stream(), laid_out.data(), laid_out_buffer);
+    std::vector<float> natural(laid_out.size());
+    place_params(model_.params(), layout_, laid_out.data(), natural);
+    return natural;
   }
 
   // A buffer in the model's order, rearranged into this replica's layout.
@@ -260,26 +266,97 @@ inline double broadcast_parameters(Job& job, Replica& r) {
 }
 
 // The numerics check of every training chapter: this rank's parameters after training (`params`,
-// in the model's natural order) against one rank training on the whole global batch. Records
-// ||p - p_ref|| / ||p_ref|| (norm-wise relative error) and fails the run above 1e-5. The
-// reference trains on the CPU, minutes for a large model, so the run says what it is doing and,
-// beyond `tiny`, prints a line per step rather than fall silent.
-inline void check_against_reference(Job& job, const TrainSetup& setup, const std::vector<float>& params) {
+// in the model's natural order) and AdamW's first moments (`moments`, the same order) against one
+// rank training on the whole global batch.
+//
+// What "equal" means comes from the arithmetic. Float32 sums taken in another order differ in
+// their last bits, and training amplifies that: AdamW divides by the square root of tiny second
+// moments, so an element whose gradient is near zero moves by a different step, and the
+// difference grows with every step (about 7e-8 of the parameters' norm a step on `tiny`). A fixed
+// tolerance is either too tight for long runs or too loose for short ones. So the reference
+// trains twice, the second time on the same batches with their sequences in reverse order (the
+// same math, its sums in another order): the distance between the two is what float32 alone does
+// to this training at this many steps, and the chapter's run may be at most kRoundingMargin times
+// as far (or kRoundingFloor, for runs so short that the two agree nearly to the bit).
+//
+// The parameters cannot catch every bug: AdamW's step m / sqrt(v) does not change when a
+// gradient is scaled, so a gradient summed over W ranks instead of averaged moves the parameters
+// as the right one would. Its first moment m is the running mean of the gradients, scaled with
+// them. So m is compared too: as a whole, by the same rule, and tensor by tensor for its scale:
+// the factor c that best maps the reference's m of a tensor onto the run's (c = <m, m_ref> /
+// <m_ref, m_ref>). Rounding moves c by at most that tensor's relative error; a reduction with the
+// wrong divisor moves it by a factor of the world size or more, |c - 1| >= 1/2.
+//
+// The reference trains on the CPU, minutes for a large model, so the run says what it is doing
+// and, beyond `tiny`, prints a line per step rather than fall silent.
+constexpr double kRoundingMargin = 10;   // how much farther than float32's own noise a run may be
+constexpr double kRoundingFloor = 1e-6;  // ... and the least tolerance, for very short runs
+constexpr double kScaleTolerance = 0.1;  // |c - 1| of a tensor's m beyond which its gradient was scaled wrong
+
+// The tensor of `moments` whose scale against the reference is farthest from 1.
+struct MomentScale {
+  std::string tensor;
+  double scale = 1;
+};
+inline MomentScale worst_moment_scale(const GPTConfig& cfg, const std::vector<float>& moments,
+                                      const std::vector<float>& reference) {
+  MomentScale worst;
+  size_t at = 0;
+  for (const ParamInfo& p : gpt_params(cfg)) {
+    double dot = 0, norm = 0;
+    for (size_t i = at; i < at + static_cast<size_t>(p.shape.numel()); ++i) {
+      dot += static_cast<double>(moments[i]) * reference[i];
+      norm += static_cast<double>(reference[i]) * reference[i];
+    }
+    at += static_cast<size_t>(p.shape.numel());
+    const double scale = norm > 0 ? dot / norm : 1;  // a tensor no gradient reached has nothing to scale
+    if (std::abs(scale - 1) > std::abs(worst.scale - 1)) worst = {p.name, scale};
+  }
+  return worst;
+}
+
+inline void check_against_reference(Job& job, const TrainSetup& setup, const std::vector<float>& params,
+                                    const std::vector<float>& moments) {
   const bool long_run = setup.model != "tiny";
-  job.say("checking against single-rank training on the global batch (on the CPU, " + std::to_string(setup.steps) +
-          " step(s)" + (long_run ? ": minutes for this model" : "") + ")...");
+  job.say("checking against single-rank training on the global batch (on the CPU, twice, " +
+          std::to_string(setup.steps) + " step(s) each" + (long_run ? ": minutes for this model" : "") + ")...");
   const auto start = std::chrono::steady_clock::now();
-  const auto progress = [&](int64_t step) {
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-    char line[96];
-    std::snprintf(line, sizeof line, "  single-rank step %lld/%lld done (%.0f s)", static_cast<long long>(step),
-                  static_cast<long long>(setup.steps), took.count());
-    job.say(line);
+  const auto progress = [&](const char* which) {
+    return [&, which](int64_t step) {
+      const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+      char line[128];
+      std::snprintf(line, sizeof line, "  single-rank step %lld/%lld done%s (%.0f s)", static_cast<long long>(step),
+                    static_cast<long long>(setup.steps), which, took.count());
+      job.say(line);
+    };
   };
-  const ReferenceRun reference = long_run ? train_reference(setup, progress) : train_reference(setup);
+  using Progress = std::function<void(int64_t)>;
+  const ReferenceRun reference = train_reference(setup, long_run ? Progress(progress("")) : Progress{});
+  const ReferenceRun reordered = train_reference(
+      setup, long_run ? Progress(progress(", sequences reversed")) : Progress{}, BatchOrder::reversed);
   const double err = relative_error(params, reference.params);
+  const double noise = relative_error(reordered.params, reference.params);
+  const double tolerance = std::max(kRoundingFloor, kRoundingMargin * noise);
+  const double m_err = relative_error(moments, reference.moments);
+  const double m_tolerance = std::max(kRoundingFloor, kRoundingMargin * relative_error(reordered.moments, reference.moments));
+  const MomentScale scale = worst_moment_scale(GPTConfig::preset(setup.model), moments, reference.moments);
   job.figure("relative_error_vs_single_rank", err, "", "||params - single-rank params|| / ||single-rank params||");
-  if (err > 1e-5) throw std::runtime_error("parameters differ from single-rank training: relative error " + std::to_string(err));
+  job.figure("rounding_noise", noise, "", "the same between two single-rank runs, sequences in another order");
+  job.figure("moment_error_vs_single_rank", m_err, "", "the same for AdamW's first moment m");
+  job.figure("moment_scale_worst", scale.scale, "", "the run's m over the reference's, the tensor farthest from 1 (" + scale.tensor + ")");
+  char why[512];
+  if (err > tolerance) {
+    std::snprintf(why, sizeof why, "parameters differ from single-rank training: relative error %s, above %.3g "
+                  "(%g x float32's own noise at %lld steps, %.3g)", std::to_string(err).c_str(), tolerance,
+                  kRoundingMargin, static_cast<long long>(setup.steps), noise);
+    throw std::runtime_error(why);
+  }
+  if (std::abs(scale.scale - 1) > kScaleTolerance || m_err > m_tolerance) {
+    std::snprintf(why, sizeof why, "AdamW's first moment differs from single-rank training: relative error %.3g "
+                  "(tolerance %.3g), %s's %.3g times the reference's: a gradient reduced with the wrong divisor "
+                  "(summed instead of averaged, or divided twice)?", m_err, m_tolerance, scale.tensor.c_str(), scale.scale);
+    throw std::runtime_error(why);
+  }
 }
 
 // How many all-reduces the trace shows in step `step` (the lesson's claim, checked).
@@ -302,7 +379,8 @@ inline void start_training(Job& job, Replica& r) {
 // per `what`). Either failing ends the run with an error.
 inline void check_training(Job& job, Replica& r, int expected, const std::string& what) {
   Device& dev = job.device();
-  if (dev.computes() && r.setup().check_reference) check_against_reference(job, r.setup(), r.gather_params());
+  if (dev.computes() && r.setup().check_reference)
+    check_against_reference(job, r.setup(), r.gather_params(), r.gather_moments());
   const int allreduces = allreduces_in_step(dev, job.steps());  // the last step (steps count from 1)
   job.figure("allreduces_per_step", allreduces, "", "from the trace: one per " + what);
   if (allreduces != expected)

@@ -54,10 +54,13 @@ inline void report_collective_counts(Job& job, const CollectiveCounts& n) {
 inline void check_against_reference(Job& job, const TrainSetup& setup, const GPT& model,
                                     const std::vector<FlatParam*>& units) {
   if (!job.device().computes() || !setup.check_reference) return;
-  std::vector<float> natural(static_cast<size_t>(gpt_num_params(model.config())));
-  for (FlatParam* u : units)
-    place_params(model.params(), u->params(), u->gather(job.device().compute_stream()).data(), natural);
-  ch02::check_against_reference(job, setup, natural);
+  std::vector<float> params(static_cast<size_t>(gpt_num_params(model.config()))), moments(params.size());
+  Stream& s = job.device().compute_stream();
+  for (FlatParam* u : units) {
+    place_params(model.params(), u->params(), u->gather(s).data(), params);
+    place_params(model.params(), u->params(), u->gather_moments(s).data(), moments);
+  }
+  ch02::check_against_reference(job, setup, params, moments);
 }
 
 inline void report_memory(Job& job, const MemoryFormula& f) {

@@ -214,12 +214,20 @@ class FlatParam {
     ops::adamw(job_.device(), compute, shard_, grad_shard_, m_, v_, step + 1, hp);
   }
 
-  // The whole unit's parameters, in the model's order, on the host (all ranks must call).
-  std::vector<float> gather(Stream& s) {
+  // The whole unit's parameters, in the model's order, on the host (all ranks must call); and
+  // AdamW's first moment of each.
+  std::vector<float> gather(Stream& s) { return gather_whole(shard_, s); }
+  std::vector<float> gather_moments(Stream& s) { return gather_whole(m_, s); }
+
+  const std::vector<int>& params() const { return params_; }
+
+ private:
+  // The unit's whole flat buffer of which `piece` is this rank's shard, on the host.
+  std::vector<float> gather_whole(const Tensor& piece, Stream& s) {
     Device& dev = job_.device();
     Tensor all = dev.empty({layout_.padded()}, DType::f32, s, name_ + ".gathered");
-    if (sharded()) group_.all_gather(shard_, all, s);
-    else ops::copy(dev, s, all, shard_);
+    if (sharded()) group_.all_gather(piece, all, s);
+    else ops::copy(dev, s, all, piece);
     std::vector<float> host(static_cast<size_t>(layout_.padded()));
     copy_to_host(dev, s, host.data(), all);
     dev.free(all);
@@ -227,9 +235,6 @@ class FlatParam {
     return host;
   }
 
-  const std::vector<int>& params() const { return params_; }
-
- private:
   // Autograd's gradients were views into the flat gradient: they end with it.
   void release_grad_views() {
     for (int i : params_) model_.grads()[static_cast<size_t>(i)] = Tensor{};

@@ -1,5 +1,6 @@
 #include "model/reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
@@ -11,7 +12,15 @@
 
 namespace shardlab {
 
-ReferenceRun train_reference(const TrainSetup& setup, const std::function<void(int64_t)>& after_step) {
+// The batch with its sequences in the other order (rows reversed).
+static Batch reversed_rows(Batch b) {
+  for (int64_t r = 0; r < b.rows / 2; ++r)
+    for (std::vector<int32_t>* v : {&b.tokens, &b.targets})
+      std::swap_ranges(v->begin() + r * b.T, v->begin() + (r + 1) * b.T, v->begin() + (b.rows - 1 - r) * b.T);
+  return b;
+}
+
+ReferenceRun train_reference(const TrainSetup& setup, const std::function<void(int64_t)>& after_step, BatchOrder order) {
   const GPTConfig cfg = GPTConfig::preset(setup.model);
   SimDevice dev(load_profile("h100-8"), ComputeMode::real, 0, 1);
   Stream& s = dev.compute_stream();
@@ -35,7 +44,7 @@ ReferenceRun train_reference(const TrainSetup& setup, const std::function<void(i
   ReferenceRun run;
   run.loss_floor = chain.entropy_rate();
   for (int64_t step = 0; step < setup.steps; ++step) {
-    const Batch batch = sampler.global(step);
+    const Batch batch = order == BatchOrder::reversed ? reversed_rows(sampler.global(step)) : sampler.global(step);
     copy_to_device(dev, s, tokens, batch.tokens.data());
     copy_to_device(dev, s, targets, batch.targets.data());
     model.set_batch(tokens, targets, 1.0f / static_cast<float>(setup.global_batch * setup.T));
@@ -48,6 +57,8 @@ ReferenceRun train_reference(const TrainSetup& setup, const std::function<void(i
   }
   run.params.resize(static_cast<size_t>(n));
   copy_to_host(dev, s, run.params.data(), params);
+  run.moments.resize(static_cast<size_t>(n));
+  copy_to_host(dev, s, run.moments.data(), m);
   for (Tensor* t : {&tokens, &targets, &v, &m, &grads, &params}) dev.free(*t);
   return run;
 }

@@ -27,13 +27,20 @@ struct TrainSetup {
 
 struct ReferenceRun {
   std::vector<float> params;    // every parameter after the last step, flat, in parameter order
+  std::vector<float> moments;   // AdamW's first moment m after the last step, in the same order
   std::vector<double> losses;   // mean loss of each step (before its update)
   double loss_floor = 0;        // the data's entropy rate (nats per token)
 };
 
+// The order of each global batch's sequences. `reversed` trains on the same sequences, last
+// first: the same math, its sums over the batch taken in another order. Its distance from the
+// `as_sampled` run is what float32 rounding alone does to this training (chapters' tolerance).
+enum class BatchOrder { as_sampled, reversed };
+
 // `after_step(k)`, if given, is called after step k (counted from 1): for progress lines, since a
 // large model trains for minutes on the CPU.
-ReferenceRun train_reference(const TrainSetup& setup, const std::function<void(int64_t)>& after_step = {});
+ReferenceRun train_reference(const TrainSetup& setup, const std::function<void(int64_t)>& after_step = {},
+                             BatchOrder order = BatchOrder::as_sampled);
 
 // ||params - reference|| / ||reference||: the norm-wise relative error chapters report. (Float
 // sums in another order differ in the last bits, and AdamW's division by tiny second moments

@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "cuda/cuda_probe.h"
+#include "trace/file_output.h"
 #include "trace/metrics.h"
 #include "trace/metrics_json.h"
 #include "run/run_directory.h"
@@ -400,9 +401,7 @@ int Job::finish() {
       summary["ranks"].push_back(json::parse(s));
       races += summary["ranks"].back()["races"].size();
     }
-    std::ofstream out(dir / kSummaryFile);
-    out << summary.dump(2) << "\n";
-    if (!out) throw std::runtime_error("cannot write " + (dir / kSummaryFile).string());
+    write_whole_file(dir / kSummaryFile, summary.dump(2) + "\n");
 
     if (races > 0) {
       std::cout << "\nrace check: " << races << " report(s):\n";
@@ -534,9 +533,29 @@ std::string diagnose_hang(const std::map<int, json>& records) {
   return out;
 }
 
-void write_json(const fs::path& path, const json& j) {
-  std::ofstream out(path);
-  out << j.dump(2) << "\n";
+void write_json(const fs::path& path, const json& j) { write_whole_file(path, j.dump(2) + "\n"); }
+
+// What a failed run left, from the ranks' reports ("wrote"): "summary.json, the traces (marked
+// incomplete) of ranks 0-3, the flight records of ranks 0-3", and what was not, and why.
+std::string written_after_failure(const std::string& summary, const std::map<int, json>& reports, int world_size) {
+  std::vector<int> traces, records;
+  std::string not_written;
+  for (const auto& [r, rep] : reports) {
+    if (!rep.is_object()) continue;
+    for (const json& f : rep.value("wrote", json::array())) {
+      if (f == rank_trace_file(r)) traces.push_back(r);
+      if (f == flight_record_file(r)) records.push_back(r);
+    }
+    for (const json& e : rep.value("write_errors", json::array()))
+      if (e.is_string()) not_written += (not_written.empty() ? ": rank " : "; rank ") + std::to_string(r) + ": " + e.get<std::string>();
+  }
+  const auto ranks = [&](const std::vector<int>& of) {
+    return of.empty() ? std::string("no rank") : rank_list(of);
+  };
+  std::string text = "written: " + summary + "the traces (marked incomplete) of " + ranks(traces) +
+                     ", the flight records of " + ranks(records);
+  if (static_cast<int>(reports.size()) < world_size) text += " (the ranks that never reported may have written theirs)";
+  return not_written.empty() ? text : text + "; not written" + not_written;
 }
 
 }  // namespace
@@ -555,16 +574,28 @@ void Job::fail(const Failure& failure, bool origin) {
   const json seen = failure.to_json();
   json record = {{"rank", rank_}, {"failure", seen}, {"origin", origin}, {"waiting_in", w.last_wait()},
                  {"flight", w.flight().to_json()}};
-  try {
-    write_json(dir / flight_record_file(rank_), record);
+  // Each write on its own: a flight record that cannot be written does not stop the trace. What
+  // was written, and why the rest was not, goes to rank 0 with the report.
+  json wrote = json::array(), write_errors = json::array();
+  const auto attempt = [&](const std::string& file, const auto& write) {
+    try {
+      write();
+      wrote.push_back(file);
+    } catch (const std::exception& e) {
+      write_errors.push_back(e.what());
+      print_error("rank " + std::to_string(rank_) + ": " + e.what());
+    }
+  };
+  attempt(flight_record_file(rank_), [&] { write_json(dir / flight_record_file(rank_), record); });
+  attempt(rank_trace_file(rank_), [&] {
     json other = other_data();
     other["incomplete"] = true;
     other["failure"] = failure.to_json();
     write_rank_trace(other);
-  } catch (const std::exception& e) {
-    print_error("rank " + std::to_string(rank_) + ": could not write its trace or flight record: " + e.what());
-  }
+  });
   json report = rank_report();
+  report["wrote"] = wrote;
+  if (!write_errors.empty()) report["write_errors"] = write_errors;
   report["failure"] = seen;
   report["waiting_in"] = w.last_wait();
   report["flight"] = record["flight"];
@@ -632,13 +663,16 @@ void Job::fail(const Failure& failure, bool origin) {
     summary["ranks"].push_back(entry);
   }
   summary["unreported_ranks"] = missing;
+  std::string summary_written = "summary.json, ";
   try {
     write_json(dir / kSummaryFile, summary);
-    std::cout << "\nthe run failed; what every rank had is in " << fs::absolute(dir).string()
-              << " (traces marked incomplete, summary.json, flight_record_rank<R>.json)" << std::endl;
   } catch (const std::exception& e) {
-    print_error("rank 0: could not write summary.json: " + std::string(e.what()));
+    print_error("rank 0: " + std::string(e.what()));
+    summary_written.clear();
+    reports[0]["write_errors"].push_back(e.what());
   }
+  std::cout << "\nthe run failed; in " << fs::absolute(dir).string() << ", "
+            << written_after_failure(summary_written, reports, world_size_) << std::endl;
   // Let the others go; those that never reported are ended by mpirun when this rank exits.
   std::vector<MPI_Request> exits;
   for (const auto& [r, rep] : reports) {

@@ -1,12 +1,12 @@
 #include "run/run_directory.h"
 
-#include <cerrno>
-#include <cstring>
 #include <fstream>
 #include <regex>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
+
+#include "trace/file_output.h"
 
 namespace shardlab {
 namespace fs = std::filesystem;
@@ -52,11 +52,7 @@ std::vector<std::string> claim_run_directory(const fs::path& dir, const std::str
   }
   const nlohmann::json manifest = {
       {"shardlab_run", 1}, {"chapter", chapter}, {"world_size", world_size}, {"files", run_files(world_size)}};
-  const fs::path path = dir / kRunManifest;
-  std::ofstream out(path);
-  out << manifest.dump() << "\n";
-  out.close();
-  if (!out) throw std::runtime_error("cannot write " + path.string() + ": " + std::strerror(errno));
+  write_whole_file(dir / kRunManifest, manifest.dump() + "\n");
   return removed;
 }
 

@@ -4,8 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <memory>
 #include <stdexcept>
+
+#include "trace/file_output.h"
 
 namespace shardlab {
 
@@ -21,10 +22,6 @@ void append_int(std::string& out, int64_t v) {
   char buf[24];
   out.append(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
 }
-
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
 
 }  // namespace
 
@@ -375,10 +372,7 @@ void TraceRecorder::write(const std::string& path, std::string_view backend, int
     std::filesystem::create_directories(file.parent_path(), ec);
     if (ec) throw std::runtime_error("trace: cannot create the directory for " + path + ": " + ec.message());
   }
-  const std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "wb"));
-  if (!f) throw std::runtime_error("trace: cannot open " + path + " for writing");
-  const bool written = std::fwrite(out.data(), 1, out.size(), f.get()) == out.size();
-  if (!written || std::fflush(f.get()) != 0) throw std::runtime_error("trace: cannot write " + path);
+  write_whole_file(file, out);
 }
 
 }  // namespace shardlab
