@@ -47,7 +47,7 @@ echo "run_fuzz: building with $cxx"
   -I"$src/viewer" -I"$src/common" \
   "$src/tests/fuzz_trace_loader.cpp" "$src/viewer/trace_model.cpp" "$src/viewer/loader/event_splitter.cpp" \
   "$src/viewer/loader/chunk_parser.cpp" "$src/viewer/loader/skeleton.cpp" "$src/viewer/loader/trace_builder.cpp" \
-  "$src/common/trace/metrics.cpp" "$src/common/run/run_directory.cpp" \
+  "$src/common/trace/metrics.cpp" "$src/common/trace/file_output.cpp" "$src/common/run/run_directory.cpp" \
   $simdjson_flags -lz -pthread -o "$work/fuzz_trace_loader"
 
 # Seeds: small valid traces (the head of each reference trace, the committed Kineto traces),

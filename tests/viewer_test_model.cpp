@@ -6,6 +6,8 @@
 #include "test_files.h"
 #include "viewer_files.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -448,13 +450,35 @@ TEST_CASE("model: refuses broken files with the file named, never crashes", "[vi
   write_text(gz, bytes.substr(0, bytes.size() / 2));
   CHECK_THAT(load_error(gz), Catch::Contains("cut.json.gz") && Catch::Contains("truncated"));
 
-  // A 10 MB name loads.
+  // Not files: a directory holding a trace, a link to nothing, a FIFO and a link to /dev/zero
+  // (in any listing order) opens the trace and names the others; given alone, each is refused
+  // at once (a FIFO would block a reader, /dev/zero never ends).
+  const fs::path odd = tmp.path / "odd";
+  fs::create_directories(odd);
+  write_text(odd / "rank0.json", full);
+  fs::create_symlink(odd / "gone.json", odd / "rank1.json");
+  REQUIRE(mkfifo((odd / "rank2.json").c_str(), 0600) == 0);
+  fs::create_symlink("/dev/zero", odd / "rank3.json");
+  const TraceModel opened = load_traces({odd.string()});
+  CHECK(opened.ranks.size() == 1);
+  REQUIRE(opened.not_opened.size() == 3);
+  for (const NotOpened& n : opened.not_opened) {
+    INFO(n.file << ": " << n.why);
+    if (n.file.ends_with("rank1.json")) CHECK_THAT(n.why, Catch::Contains("a link to nothing"));
+    else if (n.file.ends_with("rank2.json")) CHECK_THAT(n.why, Catch::Contains("a FIFO"));
+    else CHECK_THAT(n.why, Catch::Contains("a device"));
+  }
+  CHECK_THAT(load_error(odd / "rank2.json"), Catch::Contains("rank2.json") && Catch::Contains("a FIFO"));
+  CHECK_THAT(load_error("/dev/zero"), Catch::Contains("/dev/zero") && Catch::Contains("a device"));
+
+  // A 10 MB name loads, cut to kMaxNameBytes with its length after it, and counted.
   const fs::path big = tmp.path / "big_name.json";
   write_text(big, kHeader + "{\"ph\": \"X\", \"name\": \"" + std::string(10 << 20, 'x') +
                       "\", \"pid\": 0, \"tid\": 0, \"ts\": 1, \"dur\": 1}]}");
   const TraceModel m = load_traces({big.string()});
   REQUIRE(m.events == 1);
-  CHECK(m.names[m.ranks[0].lanes[0].slices[0].name].size() == size_t{10} << 20);
+  CHECK(m.names[m.ranks[0].lanes[0].slices[0].name] == std::string(kMaxNameBytes, 'x') + "... (10485760 bytes)");
+  CHECK(m.names_cut == 1);
 }
 
 // What the recorder writes, the loader reads back: each collective's link and tier (and none for

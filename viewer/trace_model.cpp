@@ -278,6 +278,26 @@ struct Input {
   size_t size = 0;
 };
 
+// Why `path` is not a file to read ("" when it is): what it is instead. A FIFO would block the
+// loader until something writes into it, a device such as /dev/zero never ends, and a link to
+// nothing has nothing to read; each is named and skipped, and the rest of a directory opens.
+std::string not_a_regular_file(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status target = fs::status(path, ec);  // through links
+  switch (target.type()) {
+    case fs::file_type::regular: return "";
+    case fs::file_type::not_found:
+      return fs::is_symlink(fs::symlink_status(path, ec)) ? "a link to nothing (its target does not exist)"
+                                                          : "no such file or directory";
+    case fs::file_type::directory: return "a directory";
+    case fs::file_type::fifo: return "a FIFO (named pipe), not a file: it would block the loader";
+    case fs::file_type::character:
+    case fs::file_type::block: return "a device, not a file";
+    case fs::file_type::socket: return "a socket, not a file";
+    default: return ec ? "cannot read it: " + ec.message() : "not a regular file";
+  }
+}
+
 // The files to open, in order: a directory's trace files by name, files as given. What is
 // missing or unreadable goes to not_opened.
 std::vector<Input> expand(const std::vector<std::string>& paths, std::vector<NotOpened>& not_opened) {
@@ -295,8 +315,10 @@ std::vector<Input> expand(const std::vector<std::string>& paths, std::vector<Not
       std::vector<std::string> found;
       for (const fs::directory_entry& entry : fs::directory_iterator(p, ec)) {
         const std::string name = entry.path().filename().string();
-        if (!is_trace_name(name) || !entry.is_regular_file(ec)) continue;
-        if (is_listed(name))
+        if (!is_trace_name(name)) continue;
+        if (const std::string why = not_a_regular_file(entry.path().string()); !why.empty())
+          not_opened.push_back({entry.path().string(), why});
+        else if (is_listed(name))
           found.push_back(entry.path().string());
         else
           not_opened.push_back({entry.path().string(), std::string("not this run's file: the directory's ") +
@@ -309,10 +331,10 @@ std::vector<Input> expand(const std::vector<std::string>& paths, std::vector<Not
       if (found.empty()) not_opened.push_back({p, "no trace files in it (*.json, *.json.gz)"});
       std::sort(found.begin(), found.end(), natural_less);
       for (std::string& f : found) inputs.push_back({std::move(f)});
-    } else if (fs::exists(p, ec)) {
-      inputs.push_back({p});
+    } else if (const std::string why = not_a_regular_file(p); !why.empty()) {
+      not_opened.push_back({p, why});
     } else {
-      not_opened.push_back({p, "no such file or directory"});
+      inputs.push_back({p});
     }
   }
   for (Input& in : inputs) {
@@ -488,6 +510,7 @@ TraceModel load_traces(const std::vector<std::string>& paths, const LoadProgress
       }
     }
     model.skipped += r.skipped;
+    model.names_cut += r.names_cut;
     model.ranks.push_back(std::move(r));
   }
   if (!any_time) model.start_us = model.end_us = 0;

@@ -21,6 +21,11 @@ namespace shardlab::viewer {
 
 enum class Category : uint8_t { compute, comm, comm_wait, memcpy, cpu_op, runtime, annotation, other };
 
+// An event name longer than this is kept cut, with "... (N bytes)" after it: a name of hundreds
+// of megabytes (a hostile or broken file) would otherwise take that much memory again in every
+// frame that draws it, and overflow the renderer's vertex counts. No real trace comes near it.
+constexpr size_t kMaxNameBytes = 4096;
+
 struct Slice {
   double start_us = 0, end_us = 0;
   uint32_t name = 0;      // index into TraceModel::names
@@ -84,6 +89,7 @@ struct Rank {
   std::vector<AllocatorMarker> allocator;  // in time order
   RankTimeline timeline;  // for common/trace/metrics.h
   size_t skipped = 0;     // events dropped as unusable (bad pid/tid types, non-finite or negative times, unmatched E)
+  size_t names_cut = 0;   // event names longer than kMaxNameBytes, kept cut (see there)
   // "" unless the file says its run failed before the end (shardlab's otherData.incomplete):
   // then why ("rank 1: deliberate failure"). Its events end where this rank stopped.
   std::string incomplete;
@@ -105,6 +111,7 @@ struct TraceModel {
   double start_us = 0, end_us = 0;    // over every rank
   size_t events = 0;                  // slices loaded
   size_t skipped = 0;                 // over every rank
+  size_t names_cut = 0;               // over every rank
 };
 
 // Thrown by load_traces when the progress callback returned false.

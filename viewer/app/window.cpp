@@ -71,6 +71,28 @@ void skipped_note(const std::vector<Run>& runs) {
   ImGui::EndTooltip();
 }
 
+// "12 events dropped, 1 name cut": what the loader could not keep as the files had it (events
+// with unusable fields, names past kMaxNameBytes), per file when hovered. Nothing when all was kept.
+void dropped_note(const std::vector<Run>& runs) {
+  size_t dropped = 0, cut = 0;
+  for (const Run& run : runs) dropped += run.model.skipped, cut += run.model.names_cut;
+  if (dropped == 0 && cut == 0) return;
+  ImGui::SameLine();
+  ImGui::PushStyleColor(ImGuiCol_Text, kWarningColor);
+  if (dropped > 0) ImGui::Text("%zu event%s dropped%s", dropped, dropped == 1 ? "" : "s", cut > 0 ? "," : "");
+  if (dropped > 0 && cut > 0) ImGui::SameLine();
+  if (cut > 0) ImGui::Text("%zu name%s cut", cut, cut == 1 ? "" : "s");
+  ImGui::PopStyleColor();
+  if (!ImGui::IsItemHovered()) return;
+  ImGui::BeginTooltip();
+  for (const Run& run : runs)
+    for (const Rank& rank : run.model.ranks)
+      if (rank.skipped > 0 || rank.names_cut > 0)
+        ImGui::Text("%s: %zu dropped (bad pid/tid, non-finite or negative times, unmatched E), %zu names cut to %zu bytes",
+                    rank.file.c_str(), rank.skipped, rank.names_cut, kMaxNameBytes);
+  ImGui::EndTooltip();
+}
+
 bool on_disk(const std::string& p) {
   std::error_code ec;
   return !p.empty() && fs::exists(p, ec);
@@ -432,6 +454,7 @@ void Viewer::open_bar() {
     ImGui::SameLine();
   }
   skipped_note(app.runs);
+  dropped_note(app.runs);
   ImGui::EndMenuBar();
 }
 
@@ -504,6 +527,8 @@ nlohmann::json Viewer::state() const {
                     {"not_opened", not_opened},
                     {"ranks", run.model.ranks.size()},
                     {"events", run.model.events},
+                    {"dropped_events", run.model.skipped},
+                    {"names_cut", run.model.names_cut},
                     {"start_us", run.model.start_us},
                     {"end_us", run.model.end_us},
                     {"offset_us", run.offset_us},

@@ -178,6 +178,13 @@ Num read_number(od::value& v) {
   return n;
 }
 
+// A name past kMaxNameBytes: its start, cut on a UTF-8 character boundary, and its length.
+std::string cut_name(std::string_view name) {
+  size_t end = kMaxNameBytes;
+  while (end > 0 && (static_cast<unsigned char>(name[end]) & 0xC0) == 0x80) --end;  // not inside a character
+  return std::string(name.substr(0, end)) + "... (" + std::to_string(name.size()) + " bytes)";
+}
+
 std::string_view token_text(std::string_view raw) {
   return raw.substr(0, std::min<size_t>(raw.find_first_of(" \t\r\n,]}"), 64));
 }
@@ -439,7 +446,12 @@ void ChunkParser::finish_event() {
       r.ts = e.ts;
       r.dur = e.ph == 'X' ? e.dur : 0;
       r.id = e.correlation;
-      r.name = part_.names.add(e.name);
+      std::string cut;
+      if (e.name.size() > kMaxNameBytes) {
+        cut = cut_name(e.name);
+        ++part_.names_cut;
+      }
+      r.name = part_.names.add(cut.empty() ? e.name : std::string_view(cut));
       r.args = intern_args();
       r.category = category_of(e.cat, e.name);
       const bool device = device_cat(e.cat);

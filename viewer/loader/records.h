@@ -119,6 +119,7 @@ struct Part {
   std::vector<AllocatorMark> allocator;                 // cat "allocator" instants, in file order
   std::vector<uint32_t> allocator_args;                 // their args (Part::args), in the same order
   size_t skipped = 0;
+  size_t names_cut = 0;
 };
 
 }  // namespace shardlab::viewer::loader

@@ -160,6 +160,7 @@ void Builder::add(Part& part) {
     markers_.push_back({part.allocator[k].t_us, part.allocator[k].kind, a ? args_base + a : 0});
   }
   skipped_ += part.skipped;
+  names_cut_ += part.names_cut;
   part = Part{};  // its memory goes now
 }
 
@@ -208,6 +209,7 @@ FileResult Builder::finish(std::optional<int> declared_rank) {
   FileResult out;
   Rank& r = out.rank;
   r.skipped = skipped_;
+  r.names_cut = names_cut_;
   for (LaneBuild& lb : lanes_) r.skipped += lb.open.size();  // B without E
 
   // Lane names and order: CPU threads, then streams; by process then thread sort index.

@@ -76,6 +76,7 @@ class Builder {
   RankTimeline timeline_;
   std::vector<AllocatorMarker> markers_;
   size_t skipped_ = 0;
+  size_t names_cut_ = 0;
   std::vector<int> label_map_;
   std::vector<uint32_t> name_map_;
 };
