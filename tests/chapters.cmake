@@ -281,6 +281,18 @@ add_test(NAME "harness: each rank's local rank comes from OMPI_COMM_WORLD_LOCAL_
                  --bin $<TARGET_FILE:shardlab_ch00> --out ${RUNS})
 set_tests_properties("harness: each rank's local rank comes from OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID or MPI, and is recorded" PROPERTIES TIMEOUT 120 PROCESSORS 2)
 
+# Each chapter's flags, fuzzed: 8 seeded cases of 1 to 3 random flags with valid, boundary and
+# hostile values on 1 to 3 ranks, in a sandbox holding files no run may touch. Never a crash, a
+# hang, a deleted or changed file, an exit 2 that names no flag or an exit 1 without its error
+# (tests/fuzz_flags.py).
+foreach(ch 00 01 02 03 04 05 06 07 08)
+  set(_name "ch${ch}: flag fuzz (8 seeded cases): no crash, hang, touched file or unexplained exit")
+  add_test(NAME "${_name}"
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/fuzz_flags.py --mpirun "${MPIRUN_SH}"
+                   --bin $<TARGET_FILE:shardlab_ch${ch}> --out ${CMAKE_BINARY_DIR}/test-fuzz-flags/ch${ch} --cases 8 --seed 1${ch})
+  set_tests_properties("${_name}" PROPERTIES TIMEOUT 600 PROCESSORS 3)
+endforeach()
+
 # The numerics check catches a gradient reduced with the wrong divisor in 2 steps, at worlds 2
 # and 3, which the parameters alone cannot (AdamW's step ignores a gradient's scale), and passes
 # the right reduction (tests/wrong_divisor.cpp).
