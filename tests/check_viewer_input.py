@@ -884,15 +884,7 @@ state {v.state_file('waits')}
         names = [e["name"] for e in around]
         check(bool(names) and names[-1].startswith(op + " (") and names[-1].endswith(")"),
               f"(the file: rank 0's {kind} at {k['ts']} us was launched inside {names}, the last {op} (unit))")
-        rng = ["--range", f"{k['ts'] - k['dur']}:{k['ts'] + 2 * k['dur']}"]
-        f0 = v.replay("", [fsdp_dir], rng)
-        fl = lane(f0, 0, k["tid"])
-        v.replay(f"""
-click {px(x_at(f0, k['ts'] + k['dur'] / 2))} {row_y(fl)}
-wait
-state {v.state_file('unit_' + kind)}
-""", [fsdp_dir], rng)
-        sel = v.load("unit_" + kind)["selected"] or {}
+        sel = click_event(v, fsdp_dir, evs, k, "unit_" + kind)["selected"] or {}
         check(sel.get("name") == k["name"] and close(sel.get("start_us"), k["ts"], 1e-3) and
               sel.get("launched_in") == names,
               f"chapter 05's {kind} at {k['ts']} us: its details say it was launched in {names}: "
