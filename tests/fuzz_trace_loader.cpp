@@ -1,7 +1,9 @@
 // fuzz_trace_loader: a libFuzzer target for the viewer's trace loader (viewer/trace_model.h).
 //
 // Each input is written to a scratch file (the loader reads files: a .json path, or .json.gz when
-// the input starts with gzip's magic bytes) and loaded. The input must either load into a model
+// the input starts with gzip's magic bytes) and loaded twice: with the default LoadLimits, and
+// with caps small enough for the fuzzer to reach (16-byte names, 3 events, 1 KiB: the cut-short
+// paths). The input must either load into a model
 // that holds together (every index in range, slices sorted and nested) or throw
 // std::runtime_error naming the file; anything else (a crash, a sanitizer report, another
 // exception, a broken model) is a finding.
@@ -49,6 +51,8 @@ void check(const TraceModel& m) {
         EXPECT(s.name < m.names.size());
         EXPECT(s.args < m.args_json.size());
         EXPECT(s.depth <= l.max_depth);
+        EXPECT(s.depth <= kMaxDepth);
+        EXPECT(m.names[s.name].size() <= m.limits.max_name_bytes + 32);  // cut, with "... (N bytes)"
         EXPECT(s.start_us <= s.end_us);
         EXPECT(s.start_us >= m.start_us && s.end_us <= m.end_us);
         if (i > 0) EXPECT(l.slices[i - 1].start_us <= s.start_us);
@@ -88,15 +92,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
   }
-  try {
-    check(load_traces({path}));
-  } catch (const LoadCancelled&) {
-    broken("cancelled without a progress callback");
-  } catch (const std::runtime_error& e) {
-    // A clear message naming the file.
-    if (std::string(e.what()).find(path) == std::string::npos) {
-      std::fprintf(stderr, "fuzz_trace_loader: error without the file's name: %s\n", e.what());
-      std::abort();
+  LoadLimits tight;
+  tight.max_name_bytes = 16;
+  tight.max_events = 3;
+  tight.max_file_bytes = 1024;
+  for (const LoadLimits& limits : {LoadLimits{}, tight}) {
+    try {
+      const TraceModel m = load_traces({path}, {}, limits);
+      check(m);
+      EXPECT(m.events <= limits.max_events);
+    } catch (const LoadCancelled&) {
+      broken("cancelled without a progress callback");
+    } catch (const std::runtime_error& e) {
+      // A clear message naming the file.
+      if (std::string(e.what()).find(path) == std::string::npos) {
+        std::fprintf(stderr, "fuzz_trace_loader: error without the file's name: %s\n", e.what());
+        std::abort();
+      }
     }
   }
   std::filesystem::remove(path);

@@ -85,6 +85,10 @@ printf '%s' "$head{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": 0, \"tid\"
 printf '%s' "$head$good, 5]}" > "$corpus/event_number.json"
 printf '%s' "{\"trace\\u0045vents\": [$good], \"a\": [\"]\", {\"b\": \"\\\\\"}]}" > "$corpus/escapes.json"
 printf '%s' "$head" > "$corpus/truncated.json"
+printf '%s' "$head$good,
+$good,
+{\"ph\": \"X\", \"name\": \"cut" > "$corpus/cut_in_event.json"
+printf '%s' "$head{\"ph\": \"X\", \"name\": \"a\", \"pid\": 0, \"tid\": 1, \"ts\": 1, \"dur\": 9}, {\"ph\": \"X\", \"name\": \"b\", \"pid\": 0, \"tid\": 1, \"ts\": 2, \"dur\": 9}, {\"ph\": \"X\", \"name\": \"c\", \"pid\": 0, \"tid\": 1, \"ts\": 3, \"dur\": 1}]}" > "$corpus/overlap.json"
 printf '[]' > "$corpus/array.json"
 
 # The tokens a trace is made of, so mutations make plausible events.

@@ -390,7 +390,7 @@ TEST_CASE("model: refuses broken files with the file named, never crashes", "[vi
       {"empty", "", "empty file"},
       {"array", "[]", "not an object"},
       {"object", "{}", "no traceEvents"},
-      {"truncated", full.substr(0, full.size() / 2), "truncated"},
+      {"truncated", full.substr(0, kHeader.size() - 20), "truncated"},  // cut before its events: no trace
       {"not_json", "this is not JSON", "not valid JSON"},
       {"trailing", full + " garbage", "not valid JSON"},
       {"events_string", "{\"traceEvents\": \"oops\"}", "traceEvents is not an array"},
@@ -439,7 +439,7 @@ TEST_CASE("model: refuses broken files with the file named, never crashes", "[vi
     }
   }
 
-  // Unreadable: missing, a directory without trace files, a truncated gzip.
+  // Unreadable: missing, a directory without trace files, a gzip cut before its JSON begins.
   CHECK_THROWS_WITH(load_traces({(tmp.path / "missing.json").string()}), Catch::Contains("missing.json"));
   const fs::path empty_dir = tmp.path / "empty";
   fs::create_directories(empty_dir);
@@ -447,7 +447,7 @@ TEST_CASE("model: refuses broken files with the file named, never crashes", "[vi
   const fs::path gz = tmp.path / "cut.json.gz";
   write_gz(gz, read_text(kTraces / "02_naive_ddp" / "rank0.json"));
   const std::string bytes = read_text(gz);
-  write_text(gz, bytes.substr(0, bytes.size() / 2));
+  write_text(gz, bytes.substr(0, 12));
   CHECK_THAT(load_error(gz), Catch::Contains("cut.json.gz") && Catch::Contains("truncated"));
 
   // Not files: a directory holding a trace, a link to nothing, a FIFO and a link to /dev/zero
@@ -471,14 +471,113 @@ TEST_CASE("model: refuses broken files with the file named, never crashes", "[vi
   CHECK_THAT(load_error(odd / "rank2.json"), Catch::Contains("rank2.json") && Catch::Contains("a FIFO"));
   CHECK_THAT(load_error("/dev/zero"), Catch::Contains("/dev/zero") && Catch::Contains("a device"));
 
-  // A 10 MB name loads, cut to kMaxNameBytes with its length after it, and counted.
+  // A 10 MB name loads, cut to the cap with its length after it, and counted; the cap is the
+  // load's (--max-name-bytes).
   const fs::path big = tmp.path / "big_name.json";
   write_text(big, kHeader + "{\"ph\": \"X\", \"name\": \"" + std::string(10 << 20, 'x') +
                       "\", \"pid\": 0, \"tid\": 0, \"ts\": 1, \"dur\": 1}]}");
   const TraceModel m = load_traces({big.string()});
   REQUIRE(m.events == 1);
-  CHECK(m.names[m.ranks[0].lanes[0].slices[0].name] == std::string(kMaxNameBytes, 'x') + "... (10485760 bytes)");
+  CHECK(m.names[m.ranks[0].lanes[0].slices[0].name] ==
+        std::string(LoadLimits{}.max_name_bytes, 'x') + "... (10485760 bytes)");
   CHECK(m.names_cut == 1);
+  LoadLimits small;
+  small.max_name_bytes = 100;
+  const TraceModel capped = load_traces({big.string()}, {}, small);
+  CHECK(capped.names[capped.ranks[0].lanes[0].slices[0].name] == std::string(100, 'x') + "... (10485760 bytes)");
+  CHECK(capped.limits.max_name_bytes == 100);
+}
+
+TEST_CASE("model: a file cut short at any byte opens with every whole event before the cut", "[viewer]") {
+  // As a run killed while writing leaves it (common/trace/trace.h): the header, then events.
+  // Cut at every byte: before its first whole event it is no trace (an error naming the file);
+  // from there on it opens with the events wholly before the cut, and says where it ended.
+  TempDir tmp("shardlab_test_viewer");
+  std::string text = kHeader + "\n";
+  std::vector<size_t> ends;  // where each event ends
+  for (int i = 0; i < 6; ++i) {
+    if (i) text += ",\n";
+    text += "{\"ph\": \"X\", \"name\": \"k" + std::to_string(i) + "\", \"pid\": 0, \"tid\": 0, \"ts\": " +
+            std::to_string(10 * i) + ", \"dur\": 5, \"args\": {\"s\": \"a \\\"quoted\\\" [x] {y}\"}}";
+    ends.push_back(text.size());
+  }
+  const fs::path p = tmp.path / "rank0.json";
+  for (size_t cut = 1; cut < text.size(); ++cut) {
+    INFO("cut at byte " << cut);
+    write_text(p, text.substr(0, cut));
+    const size_t whole = static_cast<size_t>(std::count_if(ends.begin(), ends.end(), [&](size_t e) { return e <= cut; }));
+    if (whole == 0) {  // nothing to show: not opened, and why
+      CHECK_THAT(load_error(p), Catch::Contains("rank0.json") && Catch::Contains("truncated"));
+      continue;
+    }
+    const TraceModel m = load_traces({p.string()});
+    REQUIRE(m.ranks.size() == 1);
+    CHECK(m.events == whole);
+    CHECK_THAT(m.ranks[0].stopped, Catch::Contains("ends inside its traceEvents, at byte " + std::to_string(cut)) &&
+                                       Catch::Contains("its first " + std::to_string(whole) + " trace events"));
+  }
+  // Whole, it says nothing of the kind.
+  write_text(p, text + "\n]}\n");
+  CHECK(load_traces({p.string()}).ranks[0].stopped.empty());
+
+  // A gzip cut short: the events in the data that made it.
+  const fs::path gz = tmp.path / "cut.json.gz";
+  write_gz(gz, read_text(kTraces / "02_naive_ddp" / "rank0.json"));
+  const std::string bytes = read_text(gz);
+  write_text(gz, bytes.substr(0, bytes.size() / 2));
+  const TraceModel half = load_traces({gz.string()});
+  const TraceModel all = load_traces({(kTraces / "02_naive_ddp" / "rank0.json").string()});
+  REQUIRE(half.ranks.size() == 1);
+  CHECK(half.events > 0);
+  CHECK(half.events < all.events);
+  CHECK_THAT(half.ranks[0].stopped, Catch::Contains("the gzip data ends inside its traceEvents"));
+}
+
+TEST_CASE("model: the caps on events, bytes and nesting hold, and say so", "[viewer]") {
+  TempDir tmp("shardlab_test_viewer");
+  // 300,000 events on one lane, one after another.
+  std::string text = kHeader;
+  for (int i = 0; i < 300000; ++i)
+    text += (i ? ",\n" : "") + std::string("{\"ph\": \"X\", \"name\": \"k\", \"pid\": 0, \"tid\": 0, \"ts\": ") +
+            std::to_string(2 * i) + ", \"dur\": 1}";
+  text += "]}";
+  const fs::path p = tmp.path / "many.json";
+  write_text(p, text);
+
+  LoadLimits events;
+  events.max_events = 1000;
+  const TraceModel e = load_traces({p.string()}, {}, events);
+  REQUIRE(e.ranks.size() == 1);
+  CHECK(e.events == 1000);
+  CHECK_THAT(e.ranks[0].stopped, Catch::Contains("cap of 1000 events (--max-events)") &&
+                                     Catch::Contains("its first 1000 trace events are read"));
+
+  LoadLimits bytes;
+  bytes.max_file_bytes = 4 << 20;
+  const TraceModel b = load_traces({p.string()}, {}, bytes);
+  CHECK(b.events < 300000);
+  CHECK_THAT(b.ranks[0].stopped, Catch::Contains("cap of 4194304 bytes (--max-file-bytes)"));
+  CHECK(load_traces({p.string()}).ranks[0].stopped.empty());
+
+  // Nesting: 1,500 slices each inside the one before. kMaxDepth + 1 rows are kept (depths 0 to
+  // kMaxDepth), the rest dropped and counted.
+  std::string nested = kHeader;
+  for (int i = 0; i < 1500; ++i)
+    nested += (i ? ",\n" : "") + std::string("{\"ph\": \"X\", \"name\": \"n\", \"pid\": 0, \"tid\": 0, \"ts\": ") +
+              std::to_string(i) + ", \"dur\": " + std::to_string(4000 - 2 * i) + "}";
+  nested += "]}";
+  const fs::path deep = tmp.path / "deep.json";
+  write_text(deep, nested);
+  const TraceModel d = load_traces({deep.string()});
+  REQUIRE(d.ranks.size() == 1);
+  CHECK(d.events == size_t{kMaxDepth} + 1);
+  CHECK(d.skipped == 1500 - (size_t{kMaxDepth} + 1));
+  CHECK(d.ranks[0].lanes[0].max_depth == kMaxDepth);
+
+  // A gzip of 100 MiB of zeros: refused once 64 MiB sits outside any traceEvents, not held whole.
+  const fs::path zeros = tmp.path / "zeros.json.gz";
+  write_gz(zeros, std::string(100 << 20, '\0'));
+  CHECK_THAT(load_error(zeros), Catch::Contains("zeros.json.gz") && Catch::Contains("not a trace"));
 }
 
 // What the recorder writes, the loader reads back: each collective's link and tier (and none for
@@ -772,12 +871,16 @@ TEST_CASE("model: inputs the fuzzer found load or fail cleanly", "[viewer]") {
     return p;
   };
 
-  // A counter's bytes beyond int64 (4.4e19, as minimized, in a file cut short): the conversion
-  // to bytes overflowed. The file is truncated; the error says so.
+  // A counter's bytes beyond int64 (4.4e19, as minimized, in a file cut short after it): the
+  // conversion to bytes overflowed. The counter is read, saturated, and the file says it was cut.
   const fs::path cut = write("counter_overflow_cut.json",
                              R"({ "traceEvents": [{"no": {0}}, {"ph": "C", "name": "GPU memory", "tid": 0, "ts":0.0, )"
                              R"("args": {"reserved":44444444444444447152}})");
-  CHECK_THAT(load_error(cut), Catch::Contains("counter_overflow_cut.json") && Catch::Contains("truncated"));
+  const TraceModel read_cut = load_traces({cut.string()});
+  REQUIRE(read_cut.ranks.size() == 1);
+  REQUIRE(read_cut.ranks[0].timeline.memory.size() == 1);
+  CHECK(read_cut.ranks[0].timeline.memory[0].reserved == std::numeric_limits<int64_t>::max());
+  CHECK_THAT(read_cut.ranks[0].stopped, Catch::Contains("ends inside its traceEvents"));
 
   // Whole, such numbers saturate: counters and memory samples, and a collective's element count.
   const fs::path whole = write("bytes_overflow.json", R"({"traceEvents": [

@@ -49,5 +49,5 @@ endif()
 
 if(TARGET shardlab-view)
   add_test(NAME "viewer: --help and -h print the usage and every flag, and exit 0"
-           COMMAND sh -c "for h in --help -h; do ${EXPECT_EXIT} 0 '^usage: shardlab-view' --also '--compare PATH' --also '--range T0:T1' --also '--size WxH' --also '--screenshot FILE' --also '--state-out FILE' --also '--replay FILE' --also '-h, --help' -- $<TARGET_FILE:shardlab-view> $h || exit 1; done")
+           COMMAND sh -c "for h in --help -h; do ${EXPECT_EXIT} 0 '^usage: shardlab-view' --also '--compare PATH' --also '--range T0:T1' --also '--size WxH' --also '--screenshot FILE' --also '--state-out FILE' --also '--replay FILE' --also '--check ' --also '--max-name-bytes N' --also '--max-file-bytes N' --also '--max-events N' --also '-h, --help' -- $<TARGET_FILE:shardlab-view> $h || exit 1; done")
 endif()

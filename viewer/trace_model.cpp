@@ -64,12 +64,13 @@ struct Slot {
 
 class Pool {
  public:
+  explicit Pool(size_t max_name_bytes) : max_name_bytes_(max_name_bytes) {}
   // Parses the slot on the calling thread unless another thread has taken it.
   void run(Slot& s) {
     int expected = Slot::queued;
     if (!s.state.compare_exchange_strong(expected, Slot::running)) return;
     try {
-      ChunkParser(s.chunk, s.part).parse(thread_parser());
+      ChunkParser(s.chunk, s.part, max_name_bytes_).parse(thread_parser());
     } catch (...) {
       s.error = std::current_exception();
     }
@@ -131,6 +132,7 @@ class Pool {
   std::vector<std::vector<char>> spare_;  // chunk buffers to reuse (their pages are mapped already)
   size_t helpers_ = 0;
   bool closed_ = false;
+  const size_t max_name_bytes_;
 };
 
 // One file's chunks in flight, merged into its builder in order.
@@ -185,22 +187,36 @@ struct NotATrace : FileError {
 };
 
 // Parses one file; throws FileError (the caller names the file) or LoadCancelled.
-FileResult parse_file(const std::string& path, size_t size, Shared& shared, Pool& pool) {
+FileResult parse_file(const std::string& path, size_t size, Shared& shared, Pool& pool, const LoadLimits& limits) {
   Reader reader(path, shared);
   Builder builder;
   FileChunks chunks(pool, builder);
   // A .gz file holds several times its size; a plain one its size.
   const size_t hint = path.ends_with(".gz") ? 8 * size : size;
   Splitter splitter([&](Chunk&& c) { chunks.submit(std::move(c)); }, [&] { return pool.buffer(); }, hint);
+  splitter.set_max_events(limits.max_events);
   std::vector<char> block(kBlock);
+  std::string stopped;  // a cap reached: why the reading stopped
   try {
-    while (const size_t n = reader.read(block.data(), block.size())) splitter.feed(block.data(), n);
+    while (const size_t n = reader.read(block.data(), block.size())) {
+      if (!splitter.feed(block.data(), n)) {
+        stopped = "stopped at the cap of " + std::to_string(limits.max_events) + " events (--max-events)";
+        break;
+      }
+      if (reader.bytes() >= limits.max_file_bytes) {
+        stopped = "stopped at the cap of " + std::to_string(limits.max_file_bytes) +
+                  " bytes (--max-file-bytes), read in blocks of " + std::to_string(kBlock);
+        break;
+      }
+    }
     if (reader.bytes() == 0) throw FileError("empty file");
     splitter.finish();
   } catch (const IoError&) {
     throw;
-  } catch (const FileError&) {
+  } catch (const FileError& e) {
     chunks.merge(true);  // an error in an earlier event is the one to report
+    if (!stopped.empty()) throw FileError(stopped + ", where " + e.what());
+    if (reader.truncated()) throw FileError(std::string(e.what()) + " (the gzip data ends early)");
     throw;
   }
   chunks.merge(true);
@@ -208,6 +224,12 @@ FileResult parse_file(const std::string& path, size_t size, Shared& shared, Pool
   if (!splitter.saw_events()) throw NotATrace();
   FileResult result = builder.finish(info.rank);
   result.rank.incomplete = info.incomplete;
+  const std::string read = "its first " + std::to_string(splitter.events_emitted()) + " trace events are read";
+  if (!stopped.empty()) result.rank.stopped = stopped + ": " + read;
+  else if (splitter.cut())
+    result.rank.stopped = std::string(reader.truncated() ? "the gzip data ends" : "the file ends") +
+                          " inside its traceEvents, at byte " + std::to_string(reader.bytes()) +
+                          " (cut short: a run killed while writing it?): " + read + ", every whole one";
   return result;
 }
 
@@ -402,8 +424,10 @@ const char* rank_source_name(RankSource source) {
   return "file order";
 }
 
-TraceModel load_traces(const std::vector<std::string>& paths, const LoadProgress& progress) {
+TraceModel load_traces(const std::vector<std::string>& paths, const LoadProgress& progress,
+                       const LoadLimits& limits) {
   TraceModel model;
+  model.limits = limits;
   const std::vector<Input> inputs = expand(paths, model.not_opened);
   size_t total = 0;
   for (const Input& in : inputs) total += in.size;
@@ -411,7 +435,7 @@ TraceModel load_traces(const std::vector<std::string>& paths, const LoadProgress
   // One thread per file up to the hardware's; the threads no file needs parse chunks, and so does
   // a file's thread once no file is left. The caller's thread reports progress.
   Shared shared;
-  Pool pool;
+  Pool pool(limits.max_name_bytes);
   std::vector<std::optional<FileResult>> results(inputs.size());
   std::vector<std::exception_ptr> errors(inputs.size());
   std::atomic<size_t> next{0}, finished{0};
@@ -423,7 +447,7 @@ TraceModel load_traces(const std::vector<std::string>& paths, const LoadProgress
       if (w >= file_threads) return pool.help();
       for (size_t i; (i = next++) < inputs.size();) {
         try {
-          results[i] = parse_file(inputs[i].path, inputs[i].size, shared, pool);
+          results[i] = parse_file(inputs[i].path, inputs[i].size, shared, pool, limits);
         } catch (...) {
           errors[i] = std::current_exception();
         }

@@ -21,10 +21,25 @@ namespace shardlab::viewer {
 
 enum class Category : uint8_t { compute, comm, comm_wait, memcpy, cpu_op, runtime, annotation, other };
 
-// An event name longer than this is kept cut, with "... (N bytes)" after it: a name of hundreds
-// of megabytes (a hostile or broken file) would otherwise take that much memory again in every
-// frame that draws it, and overflow the renderer's vertex counts. No real trace comes near it.
-constexpr size_t kMaxNameBytes = 4096;
+// What a load holds at most, so that no file (hostile, broken, or only huge) takes the machine's
+// memory or the renderer past its limits; shardlab-view's --max-name-bytes, --max-file-bytes and
+// --max-events set them. A file that reaches a cap opens with what was read before it, and says
+// so (Rank::stopped).
+struct LoadLimits {
+  // An event name longer than this is kept cut, with "... (N bytes)" after it: a name of
+  // hundreds of megabytes would otherwise take that much memory again in every frame that draws
+  // it, and overflow the renderer's vertex counts. No real trace comes near it.
+  size_t max_name_bytes = 4096;
+  // JSON bytes read from one file (a .gz's once decompressed: a gzip bomb stops here).
+  uint64_t max_file_bytes = uint64_t{8} << 30;
+  // Events read from one file: the model keeps about 200 bytes an event, so 4 GB at the cap.
+  size_t max_events = 20'000'000;
+};
+
+// Slices nested deeper than this on one lane are dropped and counted (Rank::skipped): a lane
+// 1,000 rows high is already past reading, and a row holds only slices that never overlap, so
+// the renderer draws a bounded number of them however the file overlaps its events.
+constexpr uint16_t kMaxDepth = 1000;
 
 struct Slice {
   double start_us = 0, end_us = 0;
@@ -88,8 +103,14 @@ struct Rank {
   std::vector<Flow> flows;  // in order of from_us
   std::vector<AllocatorMarker> allocator;  // in time order
   RankTimeline timeline;  // for common/trace/metrics.h
-  size_t skipped = 0;     // events dropped as unusable (bad pid/tid types, non-finite or negative times, unmatched E)
-  size_t names_cut = 0;   // event names longer than kMaxNameBytes, kept cut (see there)
+  // Events dropped as unusable (bad pid/tid types, non-finite or negative times, unmatched E),
+  // or nested deeper than kMaxDepth.
+  size_t skipped = 0;
+  size_t names_cut = 0;   // event names longer than LoadLimits::max_name_bytes, kept cut (see there)
+  // "" when the file was read to its end; else where the reading stopped and why: the file ends
+  // inside its events (a run killed while writing it: the events before the cut are here), or
+  // it reached a LoadLimits cap.
+  std::string stopped;
   // "" unless the file says its run failed before the end (shardlab's otherData.incomplete):
   // then why ("rank 1: deliberate failure"). Its events end where this rank stopped.
   std::string incomplete;
@@ -112,6 +133,7 @@ struct TraceModel {
   size_t events = 0;                  // slices loaded
   size_t skipped = 0;                 // over every rank
   size_t names_cut = 0;               // over every rank
+  LoadLimits limits;                  // what the load was allowed
 };
 
 // Thrown by load_traces when the progress callback returned false.
@@ -133,6 +155,7 @@ using LoadProgress = std::function<bool(size_t done, size_t total)>;
 // wrong. Never crashes on hostile input. Files are parsed in parallel, one thread per file up to
 // the hardware's threads, and a file's events in chunks on the threads no file needs (one large
 // file uses every core).
-TraceModel load_traces(const std::vector<std::string>& paths, const LoadProgress& progress = {});
+TraceModel load_traces(const std::vector<std::string>& paths, const LoadProgress& progress = {},
+                       const LoadLimits& limits = {});
 
 }  // namespace shardlab::viewer

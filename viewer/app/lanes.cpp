@@ -81,10 +81,15 @@ void draw_lane(ImDrawList* dl, AppState& app, int run_i, int rank_i, int lane_i,
            (app.highlighting() && app.in_highlighted_op(run_i, rank_i, lane_i, k));
   };
 
+  // Only the rows in the clip rectangle: a deep lane scrolled partly out of view costs its
+  // visible rows, not all of them.
+  const float clip_top = dl->GetClipRectMin().y, clip_bottom = dl->GetClipRectMax().y;
   for (size_t d = 0; d < index.size(); ++d) {
     const DepthRow& row = index[d];
     const std::vector<uint32_t>& idx = row.slices;
     const float top = slice_top(y, static_cast<int>(d)), bottom = top + kRowHeight - 1;
+    if (bottom < clip_top) continue;
+    if (top > clip_bottom) break;
     const bool mouse_in_row = mouse.y >= top && mouse.y < bottom;
     auto at = [&](size_t i) -> const Slice& { return lane.slices[idx[i]]; };
     FoldRun pending;

@@ -23,9 +23,10 @@ LoadResult load(const LoadRequest& request, const LoadProgress& progress) {
   try {
     if (request.paths.empty()) throw std::runtime_error("no run directory or trace files given");
     result.runs.push_back(
-        make_run(label_of(request.paths), load_traces(request.paths, progress), request.as_compare ? 1 : 0));
+        make_run(label_of(request.paths), load_traces(request.paths, progress, request.limits),
+                                      request.as_compare ? 1 : 0));
     if (!request.as_compare && !request.compare.empty())
-      result.runs.push_back(make_run(label_of(request.compare), load_traces(request.compare, progress), 1));
+      result.runs.push_back(make_run(label_of(request.compare), load_traces(request.compare, progress, request.limits), 1));
   } catch (const LoadCancelled&) {
     result.runs.clear();
     result.cancelled = true;

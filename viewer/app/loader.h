@@ -17,6 +17,7 @@ struct LoadRequest {
   std::vector<std::string> paths;    // a run directory or trace files: one run
   std::vector<std::string> compare;  // and the run to compare it with (empty: none)
   bool as_compare = false;           // `paths` is the compared run: the current run stays
+  LoadLimits limits;                 // what each file may hold (trace_model.h)
 };
 
 struct LoadResult {

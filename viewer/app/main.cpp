@@ -2,6 +2,7 @@
 //
 //   shardlab-view [paths...] [--compare PATH] [--range T0:T1] [--size WxH]
 //                 [--screenshot out.png] [--state-out state.json] [--replay script.txt]
+//                 [--check] [--max-name-bytes N] [--max-file-bytes N] [--max-events N]
 //   shardlab-view --help
 //
 // Paths are a run directory (every *.json and *.json.gz trace file in it) or trace files; without
@@ -13,7 +14,11 @@
 //   --replay SCRIPT drives the real input path with a script of synthetic events (replay.h),
 //     loading as the interactive window does (errors shown in the window, not an exit), then
 //     writes --state-out / --screenshot once the script has ended: what the input tests use.
+//   --check loads the paths without a window and prints what opened, what was read in part and
+//     what did not open: exit 0 when every trace file opened, 1 otherwise.
+#include <charconv>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -34,11 +39,14 @@ struct Options {
   std::string compare, screenshot, state_out, replay;
   int width = 1600, height = 900;
   std::optional<std::pair<double, double>> range;
+  bool check = false;
+  LoadLimits limits;
 };
 
 constexpr const char* kUsage =
     "usage: shardlab-view [paths...] [--compare PATH] [--range T0:T1] [--size WxH]\n"
-    "                     [--screenshot out.png] [--state-out state.json] [--replay script.txt]\n";
+    "                     [--screenshot out.png] [--state-out state.json] [--replay script.txt]\n"
+    "                     [--check] [--max-name-bytes N] [--max-file-bytes N] [--max-events N]\n";
 
 constexpr const char* kHelp =
     "\n"
@@ -59,11 +67,36 @@ constexpr const char* kHelp =
     "--state-out FILE    write what the view shows as JSON (with --screenshot, or on its own)\n"
     "--replay FILE       drive the window with a script of input events (viewer/app/replay.h),\n"
     "                    then write --state-out and --screenshot\n"
+    "--check             load the paths without a window, print each file's rank, events and\n"
+    "                    whether it was read whole, and what did not open; exit 1 if a trace\n"
+    "                    file did not open\n"
+    "\n"
+    "Caps on what a load holds (a file that reaches one opens with what was read before it, and\n"
+    "says so), so that no file takes the machine's memory:\n"
+    "--max-name-bytes N  event names longer are kept cut, with their length (default 4096)\n"
+    "--max-file-bytes N  JSON bytes read per file, a .gz's decompressed; a K, M or G suffix\n"
+    "                    counts 1024s (default 8G)\n"
+    "--max-events N      events read per file (default 20000000; about 200 bytes each in memory)\n"
     "-h, --help          print this and exit\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
   std::fprintf(stderr, "shardlab-view: %s\n%s", message.c_str(), kUsage);
   std::exit(2);
+}
+
+// A whole number flag from lo to hi; `suffixes`: a K, M or G after it multiplies by 1024s.
+uint64_t count_flag(const std::string& flag, const std::string& value, uint64_t lo, uint64_t hi, bool suffixes) {
+  uint64_t n = 0;
+  const char* end = value.data() + value.size();
+  auto [p, ec] = std::from_chars(value.data(), end, n);
+  int shift = 0;
+  if (suffixes && p + 1 == end) shift = *p == 'K' ? 10 : *p == 'M' ? 20 : *p == 'G' ? 30 : -1;
+  const bool ok = ec == std::errc() && p != value.data() && (p == end || shift > 0) &&
+                  n <= (hi >> shift) && (n << shift) >= lo;
+  if (!ok)
+    usage_error(flag + ": got '" + value + "'; expected a whole number from " + std::to_string(lo) + " to " +
+                std::to_string(hi) + (suffixes ? " (or with a K, M or G suffix)" : ""));
+  return n << shift;
 }
 
 Options parse(int argc, char** argv) {
@@ -78,13 +111,24 @@ Options parse(int argc, char** argv) {
       o.paths.push_back(arg);
       continue;
     }
+    if (arg == "--check") {
+      o.check = true;
+      continue;
+    }
     if (arg != "--screenshot" && arg != "--size" && arg != "--range" && arg != "--compare" && arg != "--state-out" &&
-        arg != "--replay")
+        arg != "--replay" && arg != "--max-name-bytes" && arg != "--max-file-bytes" && arg != "--max-events")
       usage_error("unknown flag " + arg +
-                  "; allowed flags: --compare, --range, --size, --screenshot, --state-out, --replay, --help");
+                  "; allowed flags: --compare, --range, --size, --screenshot, --state-out, --replay, --check, "
+                  "--max-name-bytes, --max-file-bytes, --max-events, --help");
     if (i + 1 >= argc) usage_error(arg + ": missing value");
     const std::string value = argv[++i];
-    if (arg == "--screenshot") {
+    if (arg == "--max-name-bytes") {
+      o.limits.max_name_bytes = count_flag(arg, value, 16, 1 << 20, false);
+    } else if (arg == "--max-file-bytes") {
+      o.limits.max_file_bytes = count_flag(arg, value, 1024, uint64_t{1} << 40, true);
+    } else if (arg == "--max-events") {
+      o.limits.max_events = count_flag(arg, value, 1, 1'000'000'000, false);
+    } else if (arg == "--screenshot") {
       o.screenshot = value;
     } else if (arg == "--state-out") {
       o.state_out = value;
@@ -105,7 +149,38 @@ Options parse(int argc, char** argv) {
     }
   }
   if (!o.compare.empty() && o.paths.empty()) usage_error("--compare needs a run to compare with");
+  if (o.check && o.paths.empty()) usage_error("--check needs a run directory or trace files");
+  if (o.check && (!o.screenshot.empty() || !o.state_out.empty() || !o.replay.empty() || !o.compare.empty()))
+    usage_error("--check loads without a window: it takes no --screenshot, --state-out, --replay or --compare");
   return o;
+}
+
+// --check: what a load of the paths makes of each file, on stdout; 0 when every trace file opened.
+int check(const Options& o) {
+  LoadRequest request{o.paths, {}, false, o.limits};
+  LoadResult result = Loader::load_now(request);
+  if (!result.error.empty()) {
+    std::fprintf(stderr, "shardlab-view: %s\n", result.error.c_str());
+    return 1;
+  }
+  const TraceModel& m = result.runs[0].model;
+  std::printf("%zu rank file(s), %zu events\n", m.ranks.size(), m.events);
+  for (const Rank& r : m.ranks) {
+    size_t events = 0;
+    for (const Lane& l : r.lanes) events += l.slices.size();
+    std::printf("rank %d: %s: %zu events", r.rank, r.file.c_str(), events);
+    if (r.skipped > 0) std::printf(", %zu dropped", r.skipped);
+    if (r.names_cut > 0) std::printf(", %zu names cut", r.names_cut);
+    std::printf("\n");
+    if (!r.incomplete.empty()) std::printf("  marked incomplete: %s\n", r.incomplete.c_str());
+    if (!r.stopped.empty()) std::printf("  read in part: %s\n", r.stopped.c_str());
+  }
+  int status = 0;
+  for (const NotOpened& n : m.not_opened) {
+    std::printf("%s: %s: %s\n", n.not_a_trace ? "skipped" : "not opened", n.file.c_str(), n.why.c_str());
+    if (!n.not_a_trace) status = 1;
+  }
+  return status;
 }
 
 // The headless outputs: the state JSON and the PNG of the frame just rendered.
@@ -138,6 +213,7 @@ bool write_outputs(const Viewer& v, const Options& o, double ui_ms) {
 
 int main(int argc, char** argv) {
   const Options opt = parse(argc, argv);
+  if (opt.check) return check(opt);
   const bool replaying = !opt.replay.empty();
   // A screenshot or state dump without a script: a few frames of what the command line opens.
   const bool snapshot = !replaying && (!opt.screenshot.empty() || !opt.state_out.empty());
@@ -152,7 +228,9 @@ int main(int argc, char** argv) {
 
   Viewer v;
   v.initial_range = opt.range;
-  const LoadRequest request{opt.paths, opt.compare.empty() ? std::vector<std::string>{} : std::vector{opt.compare}, false};
+  v.limits = opt.limits;
+  const LoadRequest request{opt.paths, opt.compare.empty() ? std::vector<std::string>{} : std::vector{opt.compare}, false,
+                            opt.limits};
   std::optional<LoadResult> loaded;
   // A snapshot loads before any window exists: a bad file is a message and exit 1, display or not.
   if (snapshot && !opt.paths.empty()) {

@@ -37,6 +37,15 @@ std::string incomplete_text(const TraceModel& model) {
          " rank files are marked incomplete, each ending where its rank stopped";
 }
 
+// "" when every file was read to its end; else, per file, where the reading stopped: a file cut
+// short (a run killed while writing it) or a LoadLimits cap.
+std::string stopped_text(const TraceModel& model) {
+  std::string text;
+  for (const Rank& r : model.ranks)
+    if (!r.stopped.empty()) text += (text.empty() ? "" : "; ") + r.file + ": " + r.stopped;
+  return text;
+}
+
 // A run's files that failed to open, one line each (folded when there are many): the rest of
 // the run is open below them. (Files that are not traces, summary.json, are listed by the
 // toolbar's "skipped" note instead: expected beside rank files, they need no warning.)
@@ -72,7 +81,8 @@ void skipped_note(const std::vector<Run>& runs) {
 }
 
 // "12 events dropped, 1 name cut": what the loader could not keep as the files had it (events
-// with unusable fields, names past kMaxNameBytes), per file when hovered. Nothing when all was kept.
+// with unusable fields or nested too deep, names past the load's cap), per file when hovered.
+// Nothing when all was kept.
 void dropped_note(const std::vector<Run>& runs) {
   size_t dropped = 0, cut = 0;
   for (const Run& run : runs) dropped += run.model.skipped, cut += run.model.names_cut;
@@ -88,8 +98,10 @@ void dropped_note(const std::vector<Run>& runs) {
   for (const Run& run : runs)
     for (const Rank& rank : run.model.ranks)
       if (rank.skipped > 0 || rank.names_cut > 0)
-        ImGui::Text("%s: %zu dropped (bad pid/tid, non-finite or negative times, unmatched E), %zu names cut to %zu bytes",
-                    rank.file.c_str(), rank.skipped, rank.names_cut, kMaxNameBytes);
+        ImGui::Text("%s: %zu dropped (bad pid/tid, non-finite or negative times, unmatched E, nested deeper than "
+                    "%d levels), %zu names cut to %zu bytes (--max-name-bytes)",
+                    rank.file.c_str(), rank.skipped, static_cast<int>(kMaxDepth), rank.names_cut,
+                    run.model.limits.max_name_bytes);
   ImGui::EndTooltip();
 }
 
@@ -260,7 +272,7 @@ void Viewer::open_paths(std::vector<std::string> paths, bool as_compare, std::ve
   }
   error_.clear();
   if (!as_compare) set_path_field(paths);
-  loader_.start({std::move(paths), std::move(compare), as_compare});
+  loader_.start({std::move(paths), std::move(compare), as_compare, limits});
 }
 
 void Viewer::set_path_field(const std::vector<std::string>& paths) {
@@ -392,6 +404,12 @@ void Viewer::ui() {
       ImGui::TextWrapped("Incomplete%s: %s", i == 0 ? "" : " (compared run)", text.c_str());
       ImGui::PopStyleColor();
     }
+  for (size_t i = 0; i < app.runs.size(); ++i)
+    if (const std::string text = stopped_text(app.runs[i].model); !text.empty()) {
+      ImGui::PushStyleColor(ImGuiCol_Text, kWarningColor);
+      ImGui::TextWrapped("Read in part%s: %s", i == 0 ? "" : " (compared run)", text.c_str());
+      ImGui::PopStyleColor();
+    }
   for (size_t i = 0; i < app.runs.size(); ++i) not_opened_lines(app.runs[i].model, i > 0);
   toolbar(app);
   ImGui::SameLine(0, 24);
@@ -517,7 +535,8 @@ nlohmann::json Viewer::state() const {
     json files = json::array(), rank_files = json::array(), not_opened = json::array();
     for (const Rank& r : run.model.ranks) {
       files.push_back(r.file);
-      rank_files.push_back({{"rank", r.rank}, {"file", r.file}, {"rank_from", rank_source_name(r.rank_from)}});
+      rank_files.push_back({{"rank", r.rank}, {"file", r.file}, {"rank_from", rank_source_name(r.rank_from)},
+                            {"stopped", r.stopped}});
     }
     for (const NotOpened& n : run.model.not_opened)
       not_opened.push_back({{"file", n.file}, {"why", n.why}, {"not_a_trace", n.not_a_trace}});

@@ -52,6 +52,8 @@ class Viewer {
   // Applied to the first run shown (the command line's --range: microseconds since the run's first
   // event), then forgotten.
   std::optional<std::pair<double, double>> initial_range;
+  // Every load's caps (the command line's --max-name-bytes, --max-file-bytes, --max-events).
+  LoadLimits limits;
 
   // Starts loading in the background (the path field, drops and the command line come here).
   // as_compare: `paths` become the compared run, below the current one.

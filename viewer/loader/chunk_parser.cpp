@@ -178,9 +178,9 @@ Num read_number(od::value& v) {
   return n;
 }
 
-// A name past kMaxNameBytes: its start, cut on a UTF-8 character boundary, and its length.
-std::string cut_name(std::string_view name) {
-  size_t end = kMaxNameBytes;
+// A name past `max` bytes: its start, cut on a UTF-8 character boundary, and its length.
+std::string cut_name(std::string_view name, size_t max) {
+  size_t end = max;
   while (end > 0 && (static_cast<unsigned char>(name[end]) & 0xC0) == 0x80) --end;  // not inside a character
   return std::string(name.substr(0, end)) + "... (" + std::to_string(name.size()) + " bytes)";
 }
@@ -447,8 +447,8 @@ void ChunkParser::finish_event() {
       r.dur = e.ph == 'X' ? e.dur : 0;
       r.id = e.correlation;
       std::string cut;
-      if (e.name.size() > kMaxNameBytes) {
-        cut = cut_name(e.name);
+      if (e.name.size() > max_name_bytes_) {
+        cut = cut_name(e.name, max_name_bytes_);
         ++part_.names_cut;
       }
       r.name = part_.names.add(cut.empty() ? e.name : std::string_view(cut));

@@ -111,7 +111,9 @@ struct Fields {
 
 class ChunkParser {
  public:
-  ChunkParser(const Chunk& chunk, Part& part) : chunk_(chunk), part_(part) {}
+  // Names longer than max_name_bytes are kept cut (LoadLimits).
+  ChunkParser(const Chunk& chunk, Part& part, size_t max_name_bytes)
+      : chunk_(chunk), part_(part), max_name_bytes_(max_name_bytes) {}
   void parse(od::parser& parser);
 
  private:
@@ -139,6 +141,7 @@ class ChunkParser {
 
   const Chunk& chunk_;
   Part& part_;
+  size_t max_name_bytes_;
   Fields f_;
   std::string buf_;  // scratch: minified args, counter names
 };

@@ -108,6 +108,7 @@ void Splitter::emit_pending(size_t keep) {
   c.size = pending_.size();
   c.first_event = pending_first_;
   c.events = pending_whole_;
+  emitted_ += pending_whole_;
   pending_.resize(c.size + simdjson::SIMDJSON_PADDING, '\0');
   c.text = std::move(pending_);
   start_pending();
@@ -116,8 +117,16 @@ void Splitter::emit_pending(size_t keep) {
 
 void Splitter::flush(const char* p) {
   if (p <= seg_) return;
-  if (in_events_) pending_.insert(pending_.end(), seg_, p);
-  else skeleton_.append(seg_, p);
+  if (in_events_) {
+    pending_.insert(pending_.end(), seg_, p);
+  } else {
+    skeleton_.append(seg_, p);
+    if (skeleton_.size() > kMaxSkeletonBytes)
+      throw FileError(top_ == Top::scalar ? "not a trace: the file does not begin with a JSON object"
+                                          : "not a trace the viewer reads: more than " +
+                                                std::to_string(kMaxSkeletonBytes >> 20) +
+                                                " MiB of it lies outside the traceEvents array");
+  }
   seg_ = p;
 }
 
@@ -184,6 +193,7 @@ const char* Splitter::scan_event(const char* p, const char* end) {
         if (depth_ == kEventsDepth) {
           ++pending_whole_;
           last_end_ = pending_size(p);
+          if (emitted_ + pending_whole_ >= max_events_) throw EventCap{};
           return p;
         }
         break;
@@ -345,6 +355,7 @@ const char* Splitter::block64(const char* p) {
       if (depth_ == kEventsDepth) {
         ++pending_whole_;
         last_end_ = pending_size(b + 1);
+        if (emitted_ + pending_whole_ >= max_events_) throw EventCap{};
         gap = b + 1;
       }
     }
@@ -355,11 +366,32 @@ const char* Splitter::block64(const char* p) {
 }
 #endif
 
-void Splitter::feed(const char* data, size_t n) {
+bool Splitter::feed(const char* data, size_t n) {
   block_ = seg_ = data;
   block_end_ = data + n;
   const char* p = data;
   const char* const end = data + n;
+  try {
+    scan(p, end);
+  } catch (const EventCap&) {  // the last event wanted has ended: the file stops there
+    flush(end);
+    offset_ += n;
+    close_events();
+    return false;
+  }
+  flush(end);
+  offset_ += n;
+  return true;
+}
+
+void Splitter::close_events() {
+  emit_pending(last_end_);
+  skeleton_ += "]}";  // what the file would have said after its last event, had it ended
+  in_events_ = false;
+  top_ = Top::after;
+}
+
+void Splitter::scan(const char* p, const char* const end) {
   while (p < end) {
 #if SHARDLAB_SCAN_SSE2
     if (in_events_ && !escape_ && end - p >= 64) {
@@ -373,8 +405,6 @@ void Splitter::feed(const char* data, size_t n) {
 #endif
     p = step(p, end);
   }
-  flush(end);
-  offset_ += n;
 }
 
 void Splitter::finish() {
@@ -382,10 +412,12 @@ void Splitter::finish() {
     case Top::before: throw FileError("truncated JSON: the file holds no JSON value");
     case Top::scalar: scalar_top(skeleton_);
     case Top::object:
+      if (in_events_ && emitted_ + pending_whole_ == 0)
+        throw FileError("truncated JSON: the file ends inside its traceEvents, before any whole event");
       if (in_events_) {
-        emit_pending(last_end_);
-        throw FileError("truncated JSON: the file ends inside the traceEvents array (" + std::to_string(events_) +
-                        " events begun)");
+        close_events();
+        cut_ = true;
+        return;
       }
       throw FileError("truncated JSON: the file ends inside the top-level object");
     case Top::after: return;

@@ -41,6 +41,9 @@ constexpr size_t kBlock = size_t{1} << 20;       // bytes per read; progress is 
 #endif
 constexpr size_t kChunkBytes = SHARDLAB_TRACE_CHUNK_BYTES;
 constexpr int kMaxEventDepth = 64;  // JSON nesting allowed inside one event (and outside the events)
+// The file outside its traceEvents (the skeleton) is a few kilobytes in any trace; past this it
+// is not one (a gzip of zeros would otherwise be held whole: 8 GB from a 19 MB file).
+constexpr size_t kMaxSkeletonBytes = size_t{64} << 20;
 
 // What is wrong with a file's content or reading; parse_file prefixes the file's path.
 struct FileError : std::runtime_error {
@@ -82,7 +85,13 @@ class Reader {
     if (got <= 0) {
       int code = Z_OK;
       const char* msg = gzerror(file_.get(), &code);
-      // Z_BUF_ERROR: the input ended inside a gzip stream.
+      // Z_BUF_ERROR: the input ended inside a gzip stream, as a file cut short does: what was
+      // read stands (the splitter keeps its whole events), and the end is remembered.
+      if (code == Z_BUF_ERROR && total_ > 0) {
+        truncated_ = true;
+        report();
+        return 0;
+      }
       if (got < 0 || code == Z_BUF_ERROR) throw IoError(code == Z_BUF_ERROR ? "gzip data truncated" : msg);
       report();
       return 0;
@@ -93,6 +102,7 @@ class Reader {
   }
 
   size_t bytes() const { return total_; }  // uncompressed bytes read
+  bool truncated() const { return truncated_; }  // the gzip data ended early
 
  private:
   // Adds the compressed bytes consumed since the last report to the shared count.
@@ -109,6 +119,7 @@ class Reader {
   Shared& shared_;
   std::unique_ptr<gzFile_s, GzCloser> file_;
   size_t total_ = 0, reported_ = 0;
+  bool truncated_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -132,13 +143,22 @@ class Splitter {
     start_pending();
   }
 
+  // Stop once this many events have been emitted (LoadLimits::max_events).
+  void set_max_events(size_t n) { max_events_ = n; }
   // The next bytes of the file. Calls emit for each chunk of whole events; throws FileError.
-  void feed(const char* data, size_t n);
-  // At the end of the file: throws FileError if the JSON is cut short or is not an object.
+  // False when the last event allowed has ended: the events are closed there, read no further.
+  bool feed(const char* data, size_t n);
+  // At the end of the file (or where the reading stops early): throws FileError if the JSON is
+  // cut short or is not an object. A file that ends inside its traceEvents array after a whole
+  // event (a run killed while writing it, a download cut short) is not an error: the events
+  // before the cut are emitted, the skeleton is closed after them, and cut() says so.
   void finish();
 
   const std::string& skeleton() const { return skeleton_; }
   bool saw_events() const { return saw_events_; }
+  bool cut() const { return cut_; }
+  size_t events_emitted() const { return emitted_; }  // whole events handed to emit so far
+  size_t bytes_fed() const { return offset_; }
 
  private:
   static constexpr int kEventsDepth = 2;  // the events array's own level (the top object is 1)
@@ -147,7 +167,10 @@ class Splitter {
   enum class Obj : uint8_t { key, colon, value, after };  // the top object's grammar: enough to find its keys
   enum class Arr : uint8_t { first, element, after };     // in the events array: what may come next
 
+  struct EventCap {};  // thrown where the max_events-th event ends
   [[noreturn]] void fail(const std::string& what);
+  void scan(const char* p, const char* end);
+  void close_events();  // the events end here: the whole ones emitted, the skeleton closed after them
   const char* step(const char* p, const char* end);
 #if SHARDLAB_SCAN_SSE2
   const char* block64(const char* p);
@@ -175,7 +198,8 @@ class Splitter {
   char stack_[kMaxDepth + 1] = {};  // '{' or '[' per open level
   bool in_string_ = false, escape_ = false;
   bool capture_ = false, events_key_ = false;  // reading a top-level key; the last one was traceEvents
-  bool in_events_ = false, saw_events_ = false;
+  bool in_events_ = false, saw_events_ = false, cut_ = false;
+  size_t emitted_ = 0, max_events_ = SIZE_MAX;
   std::string key_;
   size_t events_ = 0;  // events begun so far
   // The current block: bytes from seg_ on are not copied yet (to pending_ or skeleton_).

@@ -246,12 +246,23 @@ FileResult Builder::finish(std::optional<int> declared_rank) {
       return nesting_rank(a.category) < nesting_rank(b.category);
     });
     std::vector<double> ends;  // the open ancestors' ends
+    size_t too_deep = 0;
     for (Slice& s : l.slices) {
       while (!ends.empty() && ends.back() <= s.start_us + kTouchUs) ends.pop_back();
       // A slice crossing its would-be parent's end goes one deeper anyway: drawn, not dropped.
-      s.depth = static_cast<uint16_t>(std::min<size_t>(ends.size(), std::numeric_limits<uint16_t>::max()));
-      l.max_depth = std::max(l.max_depth, s.depth);
+      // Past kMaxDepth it is dropped (marked here, removed below), and so are its children.
+      if (ends.size() > kMaxDepth) {
+        s.depth = std::numeric_limits<uint16_t>::max();
+        ++too_deep;
+      } else {
+        s.depth = static_cast<uint16_t>(ends.size());
+        l.max_depth = std::max(l.max_depth, s.depth);
+      }
       ends.push_back(s.end_us);
+    }
+    if (too_deep > 0) {
+      std::erase_if(l.slices, [](const Slice& s) { return s.depth > kMaxDepth; });
+      r.skipped += too_deep;
     }
     r.lanes.push_back(std::move(l));
   }
