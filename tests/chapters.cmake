@@ -327,8 +327,27 @@ target_link_libraries(fail_one_rank PRIVATE shardlab_common shardlab_warnings)
 set(_dir ${RUNS}/disk_full)
 set(_name "harness: on a full disk a failed run says which files it wrote, which not and why, and leaves no temporary file")
 add_test(NAME "${_name}"
-         COMMAND sh -c "rm -rf '${_dir}' && mkdir -p '${_dir}' && ln -s /dev/full '${_dir}/rank1.json.tmp' && ln -s /dev/full '${_dir}/summary.json.tmp' && ${EXPECT_EXIT} 1 'the run failed; in .*disk_full, written: the traces \\(marked incomplete\\) of ranks 0, 2, the flight records of ranks 0, 1, 2; not written: rank 0: cannot write .*summary.json: No space left on device; rank 1: cannot write .*rank1.json: No space left on device' -- ${MPIRUN_SH} -np 3 $<TARGET_FILE:fail_one_rank> --trace-dir '${RUNS}' --run-name disk_full && test ! -e '${_dir}/rank1.json.tmp' && test ! -e '${_dir}/summary.json.tmp' && test -s '${_dir}/rank0.json'")
+         COMMAND sh -c "rm -rf '${_dir}' && mkdir -p '${_dir}' && ln -s /dev/full '${_dir}/rank1.json.tmp' && ln -s /dev/full '${_dir}/summary.json.tmp' && ${EXPECT_EXIT} 1 'the run failed; in .*disk_full, written: the traces \\(marked incomplete\\) of ranks 0, 2, the flight records of ranks 0, 1, 2; not written: rank 0: cannot write .*summary.json: No space left on device; rank 1: cannot write .*rank1.json: No space left on device' -- ${MPIRUN_SH} -np 3 $<TARGET_FILE:fail_one_rank> --failing-step 1 --trace-dir '${RUNS}' --run-name disk_full && test ! -e '${_dir}/rank1.json.tmp' && test ! -e '${_dir}/summary.json.tmp' && test -s '${_dir}/rank0.json'")
 set_tests_properties("${_name}" PROPERTIES TIMEOUT 60 PROCESSORS 3)
+# The trace a rank streams as it runs (trace.h) meeting a full disk: a warning naming the file
+# and the reason, once, and the run goes on; its end writes the whole file (here the disk has
+# room again: the link to /dev/full is gone with the failed temporary).
+set(_dir "${RUNS}/stream_full")
+set(_name "harness: a trace that cannot be streamed warns once with the reason and the run goes on")
+add_test(NAME "${_name}"
+         COMMAND sh -c "rm -rf '${_dir}' && mkdir -p '${_dir}' && ln -s /dev/full '${_dir}/rank1.json.tmp' && ${MPIRUN_SH} -np 2 $<TARGET_FILE:shardlab_ch02> --steps 3 --trace-dir '${RUNS}' --run-name stream_full > '${_dir}.log' 2>&1; s=$?; cat '${_dir}.log'; test $s -eq 0 && test $(grep -c 'rank 1: warning: cannot write .*stream_full/rank1.json: No space left on device; the trace is written at the end of the run only' '${_dir}.log') -eq 1 && ${VALIDATE_SH} '${_dir}' --ranks 2")
+set_tests_properties("${_name}" PROPERTIES TIMEOUT 60 PROCESSORS 2)
+# A run killed at any moment keeps its steps: each rank's trace grows at every step's end
+# (common/trace/trace.h). Seeded kills (kill -9 of a rank or of all, SIGTERM or SIGINT to mpirun)
+# at worlds 2, 3 and 4 of chapters 02, 05 and 08; every file left opens in the viewer and passes
+# validate_trace.py --expect-incomplete.
+if(TARGET shardlab-view)
+  set(_name "harness: a run killed at seeded random moments (6 kills at worlds 2-4) leaves every trace file readable")
+  add_test(NAME "${_name}"
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/check_killed_run.py --mpirun "${MPIRUN_SH}"
+                   --chapters $<TARGET_FILE_DIR:shardlab_ch05> --viewer $<TARGET_FILE:shardlab-view> --seed 1 --cases 6)
+  set_tests_properties("${_name}" PROPERTIES TIMEOUT 600 PROCESSORS 4)
+endif()
 add_test(NAME "harness: a rank that throws brings the whole job down with its message"
          COMMAND ${EXPECT_EXIT} 1 "rank 1: error: deliberate failure on rank 1" -- ${MPIRUN} -np 3 $<TARGET_FILE:fail_one_rank> --trace-dir ${RUNS})
 set_tests_properties("harness: a rank that throws brings the whole job down with its message" PROPERTIES TIMEOUT 60 PROCESSORS 3)

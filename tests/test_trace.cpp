@@ -73,7 +73,7 @@ TraceRecorder make_trace(int rank) {
   return t;
 }
 
-json write_and_parse(const TraceRecorder& t, const fs::path& file, std::string* text = nullptr) {
+json write_and_parse(TraceRecorder& t, const fs::path& file, std::string* text = nullptr) {
   t.write(file.string(), "mpi", 1'700'000'000'000'000'000, json::array({{{"name", "sim H100"}}}),
           {{"chapter", "ch01"}, {"rank", 99}});
   std::string s = read_text(file);
@@ -210,7 +210,7 @@ TEST_CASE("in-flight slices keep their strings whatever completes first", "[trac
 
 TEST_CASE("trace file header: field order and HTA's rank regex", "[trace]") {
   TempDir dir("shardlab_test_trace");
-  const TraceRecorder t = make_trace(3);
+  TraceRecorder t = make_trace(3);
   std::string text;
   const fs::path file = dir.path / "run" / "rank3.json";  // parent directories are created
   write_and_parse(t, file, &text);
@@ -236,7 +236,7 @@ TEST_CASE("trace file header: field order and HTA's rank regex", "[trace]") {
 
 TEST_CASE("trace events: times, nesting, flows, args, counters, steps, metadata", "[trace]") {
   TempDir dir("shardlab_test_trace");
-  const TraceRecorder t = make_trace(2);
+  TraceRecorder t = make_trace(2);
   std::string text;
   const json doc = write_and_parse(t, dir.path / "rank2.json", &text);
   const json& events = doc["traceEvents"];
@@ -435,15 +435,16 @@ TEST_CASE("flow ids are unique across ranks and files are deterministic", "[trac
       if (e["ph"] == "s") ids.insert(e["id"].get<uint64_t>());
     return ids;
   };
-  const auto r0 = flow_ids(write_and_parse(make_trace(0), dir.path / "rank0.json"));
-  const auto r1 = flow_ids(write_and_parse(make_trace(1), dir.path / "rank1.json"));
+  TraceRecorder t0 = make_trace(0), t1 = make_trace(1), t1_again = make_trace(1);
+  const auto r0 = flow_ids(write_and_parse(t0, dir.path / "rank0.json"));
+  const auto r1 = flow_ids(write_and_parse(t1, dir.path / "rank1.json"));
   REQUIRE(!r0.empty());
   std::vector<uint64_t> common;
   std::set_intersection(r0.begin(), r0.end(), r1.begin(), r1.end(), std::back_inserter(common));
   CHECK(common.empty());
 
   std::string again;
-  write_and_parse(make_trace(1), dir.path / "again" / "rank1.json", &again);
+  write_and_parse(t1_again, dir.path / "again" / "rank1.json", &again);
   CHECK(again == read_text(dir.path / "rank1.json"));
 }
 
@@ -457,5 +458,73 @@ TEST_CASE("trace write failure names the path", "[trace]") {
     FAIL("write did not throw");
   } catch (const std::runtime_error& e) {
     CHECK(std::string(e.what()).find(bad) != std::string::npos);
+  }
+}
+
+TEST_CASE("a streamed trace holds every step flushed so far, and write() replaces it with the whole file",
+          "[trace]") {
+  TempDir dir("shardlab_test_trace");
+  const fs::path streamed = dir.path / "streamed" / "rank1.json", plain = dir.path / "plain" / "rank1.json";
+  const json devices = json::array({{{"name", "sim H100"}}});
+  const json marked = {{"chapter", "ch01"}, {"incomplete", true}};
+  // Step 3 on top of make_trace's two steps, on either recorder.
+  const auto step3 = [](TraceRecorder& t) {
+    t.name_stream(21, "stream 21 late");  // metadata recorded mid-run goes to the stream too
+    const uint64_t c = t.runtime_call("cudaLaunchKernel", 81'000, 300, true);
+    t.kernel(kCompute, "gemm", 82'000, 5'000, c, 1e9, 1e6);
+    t.step(3, 80'000, 10'000);
+  };
+
+  TraceRecorder t = make_trace(1);
+  t.begin_stream(streamed.string(), "mpi", 5, devices, marked);  // the parent directory is created
+  REQUIRE(t.streaming());
+  // The file is the header and every line so far, cut after the last one: closing the array
+  // and the object gives JSON that holds them all.
+  const auto read_closed = [&] { return json::parse(read_text(streamed) + "\n]}\n"); };
+  json doc = read_closed();
+  CHECK(doc["otherData"] == marked);
+  CHECK(doc["distributedInfo"]["rank"] == 1);
+  CHECK(doc["traceEvents"].size() == t.event_count() + 10);  // make_trace's 10 metadata events
+
+  step3(t);
+  t.flush_stream();
+  doc = read_closed();
+  REQUIRE(doc["traceEvents"].size() == t.event_count() + 12);
+  CHECK(doc["traceEvents"].back()["name"] == "ProfilerStep#3");
+  t.flush_stream();  // nothing new: nothing appended
+  CHECK(read_closed().size() == doc.size());
+
+  // write() ends the stream and puts the whole file in its place: the bytes a recorder that
+  // never streamed writes, so a finished run's traces stay deterministic.
+  TraceRecorder u = make_trace(1);
+  step3(u);
+  const json done = {{"chapter", "ch01"}};
+  t.write(streamed.string(), "mpi", 5, devices, done);
+  u.write(plain.string(), "mpi", 5, devices, done);
+  CHECK(!t.streaming());
+  CHECK(read_text(streamed) == read_text(plain));
+  CHECK(!fs::exists(streamed.string() + ".tmp"));
+}
+
+TEST_CASE("a stream that cannot be written throws naming the file and stops", "[trace]") {
+  TempDir dir("shardlab_test_trace");
+  fs::create_directories(dir.path);
+  std::ofstream(dir.path / "file") << "x";
+  TraceRecorder t(0, 1, 0);
+  const std::string bad = (dir.path / "file" / "rank0.json").string();
+  CHECK_THROWS_WITH(t.begin_stream(bad, "mpi", 0, json::array(), json::object()),
+                    Catch::Contains("rank0.json"));
+  CHECK(!t.streaming());
+  t.flush_stream();  // no stream: nothing to do, no error
+  if (fs::exists("/dev/full")) {
+    // A full disk: the file's temporary is a link to /dev/full, so the header's write fails with
+    // errno's words, and nothing named rank0.json is left.
+    const fs::path full = dir.path / "full";
+    fs::create_directories(full);
+    fs::create_symlink("/dev/full", full / "rank0.json.tmp");
+    CHECK_THROWS_WITH(t.begin_stream((full / "rank0.json").string(), "mpi", 0, json::array(), json::object()),
+                      Catch::Contains("No space left on device"));
+    CHECK(!t.streaming());
+    CHECK(!fs::exists(full / "rank0.json"));
   }
 }

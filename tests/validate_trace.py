@@ -14,6 +14,12 @@ A run that failed (otherData.incomplete, summary.json's "incomplete") is held to
 but two: a flow may have its start without its end (a launch whose kernel never ran), and
 summary.json may leave out the ranks it lists as "unreported_ranks". --expect-incomplete
 requires the run to be marked so (the failure tests).
+
+A run killed before its end (kill -9, a node lost) leaves each rank's file as it grew, step by
+step (common/trace/trace.h): the header, marked incomplete, and the events, perhaps cut inside
+the last one, and no summary.json. Such a file is read up to its last whole event, and the line
+for it says where it ends; it is held to the rules of a failed run. Without a summary.json the
+run must be --expect-incomplete.
 Exits 1 with one line per problem.
 """
 import json
@@ -28,20 +34,58 @@ THREE_DECIMALS = re.compile(r'"(ts|dur)": -?\d+\.\d{3}[,}]')
 LINK_TIERS = ("intra-node", "network")
 
 
-def check_rank(path, rank, problems, flow_ids):
-    text = open(path, encoding="utf-8").read()
+def read_cut(text):
+    """A trace cut inside its traceEvents array (the last key): the document with the whole
+    events before the cut, and where it ends. None when the text is not cut so."""
+    key = text.find('"traceEvents": [')
+    if key < 0:
+        return None
+    try:
+        doc = json.loads(text[:key] + '"traceEvents": []}')
+    except json.JSONDecodeError:
+        return None
+    decoder = json.JSONDecoder()
+    events, at = [], key + len('"traceEvents": [')
+    end = at
+    while True:
+        while at < len(text) and text[at] in " \n\r\t,":
+            at += 1
+        try:
+            event, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError:
+            break
+        events.append(event)
+        end = at
+    doc["traceEvents"] = events
+    return doc, (f"cut short at byte {len(text.encode('utf-8'))} (the run stopped before writing it whole): "
+                 f"{len(events)} whole events read, to byte {len(text[:end].encode('utf-8'))}")
+
+
+def check_rank(path, rank, problems, flow_ids, notes):
+    text = open(path, encoding="utf-8", errors="replace").read()
     m = re.search(r'"rank":\s+(\d+)', text)
     if not m or int(m.group(1)) != rank:
         problems.append(f"{path}: HTA's rank regex finds {m.group(1) if m else 'nothing'}, expected {rank}")
     if not text.startswith('{"distributedInfo"'):
         problems.append(f"{path}: distributedInfo is not the first key")
-    doc = json.loads(text)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        cut = read_cut(text)
+        if cut is None:
+            problems.append(f"{path}: not JSON, nor a trace cut inside its events: {e}")
+            return True
+        doc, where = cut
+        notes.append(f"{path}: {where}")
+        if not doc["otherData"].get("incomplete"):
+            problems.append(f"{path}: cut short, but its otherData is not marked incomplete")
+    incomplete = doc["otherData"].get("incomplete", False)
     keys = list(doc.keys())
     if keys != REQUIRED:
         problems.append(f"{path}: top-level keys {keys}, expected {REQUIRED}")
     if doc["distributedInfo"].get("rank") != rank:
         problems.append(f"{path}: distributedInfo.rank is {doc['distributedInfo'].get('rank')}")
-    for line in text.splitlines():
+    for line in text.splitlines()[:-1]:  # the last line may be cut
         if line.startswith('{"ph": "X"') and len(THREE_DECIMALS.findall(line)) != 2:
             problems.append(f"{path}: ts/dur not written with three decimals: {line[:120]}")
             break
@@ -75,7 +119,6 @@ def check_rank(path, rank, problems, flow_ids):
                 problems.append(f"{path}: flow end {e['id']} without \"bp\": \"e\"")
         elif ph == "C":
             counters += 1
-    incomplete = doc["otherData"].get("incomplete", False)
     unmatched = set(ends) - set(starts) if incomplete else set(starts) ^ set(ends)
     if unmatched:
         problems.append(f"{path}: flows without both ends: {sorted(unmatched)[:5]}")
@@ -83,9 +126,8 @@ def check_rank(path, rank, problems, flow_ids):
         if i in flow_ids:
             problems.append(f"{path}: flow id {i} also used in {flow_ids[i]}")
         flow_ids[i] = path
-    if steps < 2:
+    if steps < (1 if incomplete else 2):
         problems.append(f"{path}: {steps} ProfilerStep annotations (HTA needs at least 2)")
-    return incomplete
     if counters == 0:
         problems.append(f"{path}: no memory counters")
 
@@ -100,6 +142,7 @@ def check_rank(path, rank, problems, flow_ids):
                                 f"[{stack[-1][0]}, {stack[-1][1]}] without nesting")
                 break
             stack.append((b, e, name))
+    return incomplete
 
 
 def main():
@@ -113,13 +156,25 @@ def main():
         want = int(sys.argv[sys.argv.index("--ranks") + 1])
         if ranks != list(range(want)):
             problems.append(f"{run}: rank files {ranks}, expected 0..{want - 1}")
-    flow_ids = {}
-    marked = [check_rank(os.path.join(run, f"rank{r}.json"), r, problems, flow_ids) for r in ranks]
+    flow_ids, notes = {}, []
+    marked = [check_rank(os.path.join(run, f"rank{r}.json"), r, problems, flow_ids, notes) for r in ranks]
+    for n in notes:
+        print("trace check:", n)
+    expect_incomplete = "--expect-incomplete" in sys.argv
+    if not os.path.exists(os.path.join(run, "summary.json")):
+        if not expect_incomplete:
+            problems.append(f"{run}: no summary.json")
+        elif not all(marked):
+            problems.append(f"{run}: no summary.json, and not every rank file is marked incomplete")
+        for p in problems:
+            print("trace check:", p)
+        print(f"{run}: {len(ranks)} rank file(s), no summary.json (the run was killed), {len(problems)} problem(s)")
+        return 1 if problems else 0
     summary = json.load(open(os.path.join(run, "summary.json")))
     reported = sorted([x["rank"] for x in summary["ranks"]] + summary.get("unreported_ranks", []))
     if reported != ranks:
         problems.append(f"{run}/summary.json: ranks {reported}, expected {ranks}")
-    if "--expect-incomplete" in sys.argv:
+    if expect_incomplete:
         if not summary.get("incomplete") or not all(marked):
             problems.append(f"{run}: not marked incomplete (summary.json: {summary.get('incomplete')}, "
                             f"rank files: {marked})")

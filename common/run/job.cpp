@@ -303,6 +303,7 @@ Job::Step::~Step() noexcept(false) {
   d.synchronize();
   const int64_t end = d.now_ns();
   d.trace().step(static_cast<int>(n_ + 1), start_ns_, end - start_ns_);
+  job_.stream_trace();  // before the wait below: a rank that never comes keeps this step's events
   if (has_loss_) {
     double sum = loss_;
     // In the flight record too, numbered by the step: a rank that skips it is then named as
@@ -357,18 +358,45 @@ json Job::rank_report() const {
   return mine;
 }
 
-void Job::write_rank_trace(const json& other) const {
+json Job::device_properties() const {
   Device& d = *device_;
   const Profile& p = d.profile();
-  const json device_properties = json::array({{{"id", d.trace().device_pid()},
-                                               {"name", p.gpu_name},
-                                               {"totalGlobalMem", p.memory_bytes},
-                                               {"computeMajor", p.compute_major},
-                                               {"computeMinor", p.compute_minor},
-                                               {"numSms", p.sm_count},
-                                               {"simulated", d.simulated()}}});
-  d.trace().write((fs::path(run_dir()) / rank_trace_file(rank_)).string(), flags_.comm,
-                  d.base_time_ns(), device_properties, other);
+  return json::array({{{"id", d.trace().device_pid()},
+                       {"name", p.gpu_name},
+                       {"totalGlobalMem", p.memory_bytes},
+                       {"computeMajor", p.compute_major},
+                       {"computeMinor", p.compute_minor},
+                       {"numSms", p.sm_count},
+                       {"simulated", d.simulated()}}});
+}
+
+void Job::write_rank_trace(const json& other) const {
+  device_->trace().write((fs::path(run_dir()) / rank_trace_file(rank_)).string(), flags_.comm,
+                         device_->base_time_ns(), device_properties(), other);
+}
+
+void Job::stream_trace() {
+  TraceRecorder& trace = device_->trace();
+  if (stream_failed_) return;
+  try {
+    if (trace.streaming()) {
+      trace.flush_stream();
+      return;
+    }
+    // Begun at the first step's end, when the chapter has named its strategy.
+    json other = other_data();
+    other["incomplete"] = true;
+    other["failure"] = {{"kind", "killed"},
+                        {"reason", "the run ended before it wrote this file whole (killed, or its node failed); it "
+                                   "holds the events of every step this rank finished"}};
+    trace.begin_stream((fs::path(run_dir()) / rank_trace_file(rank_)).string(), flags_.comm, device_->base_time_ns(),
+                       device_properties(), other);
+  } catch (const std::exception& e) {
+    // The copy for a killed run is lost, not the run: the trace is still written at its end.
+    stream_failed_ = true;
+    print_error("rank " + std::to_string(rank_) + ": warning: " + e.what() +
+                "; the trace is written at the end of the run only");
+  }
 }
 
 int Job::finish() {

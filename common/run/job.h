@@ -13,7 +13,8 @@
 // default nccl on cuda, mpi on the sim; mpi on cuda stages through host memory so several
 // ranks can share one GPU); on cuda each rank takes the GPU of its local rank on the node;
 // runs the lesson; writes <trace-dir>/<run-name>/rank<R>.json and summary.json; prints where
-// they are.
+// they are. Each rank's file grows at every step's end, so a run killed at any moment keeps
+// the steps it finished (trace/trace.h); the end of the run writes it whole.
 // Errors: a bad flag, or a configuration check (Flags::add_check), exits 2 on every rank
 // before step 1 with the message once. An exception in any rank prints "rank R: error: ..."
 // and ends the whole job with status 1, every rank first writing its trace so far (marked
@@ -157,7 +158,11 @@ class Job {
  private:
   nlohmann::json other_data() const;   // the traces' otherData, summary.json's header
   nlohmann::json rank_report() const;  // this rank's entry in summary.json
+  nlohmann::json device_properties() const;  // the traces' deviceProperties
   void write_rank_trace(const nlohmann::json& other) const;
+  // Appends the steps so far to this rank's trace file (trace.h: a run killed at any moment
+  // keeps them), beginning the file at the first step's end; a failed write warns once.
+  void stream_trace();
   ChapterInfo info_;
   CommonFlags flags_;
   nlohmann::json config_;
@@ -171,6 +176,7 @@ class Job {
   nlohmann::json results_ = nlohmann::json::object();
   std::vector<double> losses_;  // the global mean loss of each step that reported one
   bool races_expected_ = false;
+  bool stream_failed_ = false;
 };
 
 using AddFlags = std::function<void(Flags&)>;

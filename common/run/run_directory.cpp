@@ -46,9 +46,12 @@ std::vector<std::string> manifest_files(const fs::path& dir) {
 
 std::vector<std::string> claim_run_directory(const fs::path& dir, const std::string& chapter, int world_size) {
   std::vector<std::string> removed;
-  for (const std::string& name : manifest_files(dir)) {
-    std::error_code ec;
-    if (fs::is_regular_file(dir / name, ec) && fs::remove(dir / name, ec)) removed.push_back(name);
+  for (const std::string& listed : manifest_files(dir)) {
+    // With the file, its temporary (file_output.h), which a kill in the middle of a write leaves.
+    for (const std::string& name : {listed, listed + ".tmp"}) {
+      std::error_code ec;
+      if (fs::is_regular_file(dir / name, ec) && fs::remove(dir / name, ec)) removed.push_back(name);
+    }
   }
   const nlohmann::json manifest = {
       {"shardlab_run", 1}, {"chapter", chapter}, {"world_size", world_size}, {"files", run_files(world_size)}};

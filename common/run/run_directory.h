@@ -34,7 +34,8 @@ inline constexpr const char* kSummaryFile = "summary.json";
 std::vector<std::string> run_files(int world_size);
 
 // Rank 0, before step 1, once the directory is known to be writable: removes the files the
-// previous manifest lists (nothing else; a listed name that is now a directory stays), then
+// previous manifest lists, with their <file>.tmp (nothing else; a listed name that is now a
+// directory stays), then
 // writes this run's manifest. Returns what it removed; throws std::runtime_error, with the
 // path and the system's reason, when the manifest cannot be written.
 std::vector<std::string> claim_run_directory(const std::filesystem::path& dir, const std::string& chapter,

@@ -1,5 +1,8 @@
 #include "trace/file_output.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -27,6 +30,41 @@ void write_whole_file(const fs::path& file, std::string_view bytes) {
   std::error_code ec;
   fs::rename(partial, file, ec);
   if (ec) fail(ec.value());
+}
+
+GrowingFile::GrowingFile(const fs::path& file, std::string_view first) : path_(file.string()) {
+  // The first bytes go in as a whole file does (.tmp, then renamed); the descriptor opened on
+  // the temporary follows it through the rename, since it names the file itself, not its path.
+  const std::string partial = path_ + ".tmp";
+  fd_ = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));
+  try {
+    append(first);
+  } catch (...) {
+    ::close(fd_);
+    ::unlink(partial.c_str());
+    throw;
+  }
+  std::error_code ec;
+  fs::rename(partial, file, ec);
+  if (ec) {
+    ::close(fd_);
+    ::unlink(partial.c_str());
+    throw std::runtime_error("cannot write " + path_ + ": " + ec.message());
+  }
+}
+
+GrowingFile::~GrowingFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void GrowingFile::append(std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd_, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(n < 0 ? errno : ENOSPC));
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
 }
 
 }  // namespace shardlab

@@ -336,9 +336,8 @@ void TraceRecorder::instant(std::string_view name, int64_t ts_ns, const TraceArg
   emit(std::move(line));
 }
 
-void TraceRecorder::write(const std::string& path, std::string_view backend, int64_t base_time_ns,
-                          const nlohmann::json& device_properties, const nlohmann::json& other_data) const {
-  // distributedInfo comes first: HTA reads the rank from the first "rank":\s+N in the file.
+std::string TraceRecorder::header(std::string_view backend, int64_t base_time_ns,
+                                  const nlohmann::json& device_properties, const nlohmann::json& other_data) const {
   std::string out = "{\"distributedInfo\": {\"backend\": " + json_string(backend) + ", \"rank\": ";
   append_int(out, rank_);
   out += ", \"world_size\": ";
@@ -349,9 +348,25 @@ void TraceRecorder::write(const std::string& path, std::string_view backend, int
   // that is not UTF-8 becomes U+FFFD, as json_string does, instead of failing the whole write.
   constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
   out += ",\n \"deviceProperties\": " + device_properties.dump(-1, ' ', false, kReplace) +
-         ",\n \"otherData\": " + other_data.dump(-1, ' ', false, kReplace) +
-         ",\n \"traceEvents\": [\n";
+         ",\n \"otherData\": " + other_data.dump(-1, ' ', false, kReplace) + ",\n \"traceEvents\": [\n";
+  return out;
+}
 
+namespace {
+
+void create_parent(const std::filesystem::path& file) {
+  if (!file.has_parent_path()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(file.parent_path(), ec);
+  if (ec) throw std::runtime_error("trace: cannot create the directory for " + file.string() + ": " + ec.message());
+}
+
+}  // namespace
+
+void TraceRecorder::write(const std::string& path, std::string_view backend, int64_t base_time_ns,
+                          const nlohmann::json& device_properties, const nlohmann::json& other_data) {
+  stream_.reset();  // the stream's file stays as it is until the rename below replaces it
+  std::string out = header(backend, base_time_ns, device_properties, other_data);
   size_t body = 0;
   for (const auto* lines : {&meta_, &events_})
     for (const std::string& line : *lines) body += line.size() + 2;
@@ -365,14 +380,40 @@ void TraceRecorder::write(const std::string& path, std::string_view backend, int
     }
   }
   out += "\n]}\n";
+  create_parent(path);
+  write_whole_file(path, out);
+}
 
-  const std::filesystem::path file(path);
-  if (file.has_parent_path()) {
-    std::error_code ec;
-    std::filesystem::create_directories(file.parent_path(), ec);
-    if (ec) throw std::runtime_error("trace: cannot create the directory for " + path + ": " + ec.message());
+void TraceRecorder::begin_stream(const std::string& path, std::string_view backend, int64_t base_time_ns,
+                                 const nlohmann::json& device_properties, const nlohmann::json& other_data) {
+  create_parent(path);
+  stream_.reset();
+  stream_ = std::make_unique<GrowingFile>(path, header(backend, base_time_ns, device_properties, other_data));
+  streamed_meta_ = streamed_events_ = 0;
+  flush_stream();
+}
+
+void TraceRecorder::flush_stream() {
+  if (!stream_) return;
+  // Metadata and events interleave here in the order they were recorded; readers do not mind
+  // (write() puts the metadata first). Each event is preceded by its separator, so the file
+  // ends after a whole event whenever an append finished.
+  std::string out;
+  const auto take = [&](const std::vector<std::string>& lines, size_t& done) {
+    for (; done < lines.size(); ++done) {
+      if (streamed_meta_ + streamed_events_ > 0) out += ",\n";  // none before the file's first event
+      out += lines[done];
+    }
+  };
+  take(meta_, streamed_meta_);
+  take(events_, streamed_events_);
+  if (out.empty()) return;
+  try {
+    stream_->append(out);
+  } catch (...) {
+    stream_.reset();
+    throw;
   }
-  write_whole_file(file, out);
 }
 
 }  // namespace shardlab

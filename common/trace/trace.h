@@ -11,6 +11,10 @@
 //    "schemaVersion": 1, "displayTimeUnit": "ns", "baseTimeNanoseconds": B,
 //    "deviceProperties": [...], "otherData": {...},
 //    "traceEvents": [ metadata..., events... ]}
+// A run killed before it writes this file must not lose what it did: while the run goes on, the
+// file grows by each step's events (begin_stream, flush_stream), the same layout cut after the
+// last event appended, its otherData marked incomplete. A reader takes a file cut at any byte up
+// to its last whole event (the viewer; tests/validate_trace.py). write() then replaces it whole.
 // Lanes: the host thread is pid = host_pid(rank), tid = 1 (cats cpu_op, user_annotation,
 // cuda_runtime); the device is pid = the local device index, tid = stream id (cats kernel,
 // gpu_memcpy, gpu_memset). Launches and their kernels are linked by ac2g flows ("s" at the
@@ -19,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -26,6 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "trace/file_output.h"
 #include "trace/timeline.h"
 
 namespace shardlab {
@@ -115,10 +121,23 @@ class TraceRecorder {
   double total_flops() const { return total_flops_; }  // what every kernel so far declared
 
   // Writes rank<R>.json. `other_data` and `device_properties` go into the header as given.
+  // A stream to the same path ends first; the file replaces it whole.
   void write(const std::string& path, std::string_view backend, int64_t base_time_ns,
-             const nlohmann::json& device_properties, const nlohmann::json& other_data) const;
+             const nlohmann::json& device_properties, const nlohmann::json& other_data);
+
+  // The file as the run goes (see the top): begin_stream writes the header and the events so
+  // far to `path`; each flush_stream appends the events recorded since. Both throw
+  // std::runtime_error naming the file and errno's reason, and the stream then stops.
+  void begin_stream(const std::string& path, std::string_view backend, int64_t base_time_ns,
+                    const nlohmann::json& device_properties, const nlohmann::json& other_data);
+  void flush_stream();
+  bool streaming() const { return stream_ != nullptr; }
 
  private:
+  // Everything before the first event: distributedInfo first (HTA reads the rank from the
+  // first "rank":\s+N in the file), through "traceEvents": [.
+  std::string header(std::string_view backend, int64_t base_time_ns, const nlohmann::json& device_properties,
+                     const nlohmann::json& other_data) const;
   void emit(std::string line);
   std::string complete(int pid, int tid, std::string_view cat, std::string_view name, int64_t ts, int64_t dur,
                        const std::string& args) const;
@@ -137,6 +156,8 @@ class TraceRecorder {
   std::vector<std::string> events_;  // everything else
   RankTimeline timeline_;
   double total_flops_ = 0;
+  std::unique_ptr<GrowingFile> stream_;
+  size_t streamed_meta_ = 0, streamed_events_ = 0;  // lines already in the stream
 };
 
 // "12.345" from 12345 ns: microseconds with exactly three decimals.
