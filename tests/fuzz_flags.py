@@ -4,6 +4,8 @@ checked for what must never happen.
 
     python3 tests/fuzz_flags.py --mpirun "mpirun --oversubscribe" --bin build/chapters/shardlab_ch05 \
         --out /tmp/fz --cases 8 --seed 5
+    python3 tests/fuzz_flags.py ... --bin build/chapters/shardlab_ch05 --bin build/chapters/shardlab_ch06 \
+        --cases 40 --seed 5 --quiet      several chapters, each with its own cases; a tally only
 
 The flags come from the chapter's --help (`--name {a, b}` a choice, `N` an integer, `X` a
 number, `S` a string, none a switch). Each case picks 1 to 3 of them with values from pools of
@@ -14,8 +16,12 @@ no run may touch, and passes when:
   - it exits 0, 1 (a failure with its message: "error:"), 2 (bad flags, the flag named) or 3 (a
     race reported): never a signal, std::terminate or a sanitizer's abort;
   - exit 0 wrote summary.json where it said it would;
-  - every file of the sandbox that a run did not write is still there, unchanged.
-Exit status: 0 when every case passed, 1 otherwise (each failure printed with its command).
+  - every file of the sandbox that a run did not write is still there, unchanged;
+  - no run exits 0 with a value no flag of its kind accepts (INVALID: "x" for a number, nan, a
+    flag's name as a value, ...): a silent run on nonsense.
+Each chapter ends with its tally: cases tried, exit 2 naming a flag, exit 1 with its error, exit
+0, exit 3 (a race reported), and the failures: crash, hang, silent, touched file, unexplained
+exit. Exit status: 0 when every case passed, 1 otherwise (each failure printed with its command).
 """
 import argparse
 import os
@@ -25,6 +31,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections import Counter
 
 INT_VALUES = ["-1", "0", "1", "2", "3", "9223372036854775808", "x", "", "1.5", "--steps"]
 FLOAT_VALUES = ["0", "-1", "1e-9", "1e300", "nan", "inf", "x", "", "0.5", "2"]
@@ -36,6 +43,11 @@ STRING_VALUES = {
 OTHER_STRINGS = ["", "--debug-collectives", "..", "x" * 300, "é"]
 CANARIES = {"rankings.xlsx": "a user's spreadsheet\n", "rank_important.txt": "keep me\n",
             "runs/notes.txt": "a user's notes beside the runs\n", "rank_backup/rank0.json": "{}\n"}
+# Values no flag of the kind accepts, whatever its range: a run that exits 0 with one is silent.
+INVALID = {"int": {"x", "", "1.5", "9223372036854775808", "--steps"},
+           "float": {"nan", "inf", "x", "", "1e300"},
+           "choice": {"bogus", ""},
+           "string": {"", "--debug-collectives"}}
 # Flags whose random values would make a valid run long or huge rather than wrong: left at
 # their defaults (the tests of each chapter cover their ranges).
 SIZE_FLAGS = {"steps", "global-batch", "seq-len", "grad-accum", "min-bytes", "max-bytes", "cp", "shard",
@@ -80,32 +92,31 @@ def snapshot(root):
     return files
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--mpirun", required=True)
-    ap.add_argument("--bin", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--cases", type=int, default=8)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--timeout", type=float, default=90)
-    a = ap.parse_args()
-    binary = os.path.abspath(a.bin)
+def fuzz(a, binary, tally):
+    """a.cases seeded cases of one chapter; adds each outcome to tally; returns the failures."""
     help_text = subprocess.run([binary, "--help"], capture_output=True, text=True).stdout
     flags = flags_of(help_text)
     if not flags:
-        sys.exit(f"no flags found in {a.bin} --help")
+        sys.exit(f"no flags found in {binary} --help")
     rng = random.Random(a.seed)
     failures = 0
+    chapter = os.path.basename(binary)
     for case in range(a.cases):
-        sandbox = os.path.join(os.path.abspath(a.out), f"case{case}")
+        sandbox = os.path.join(os.path.abspath(a.out), chapter if len(a.bin) > 1 else "", f"case{case}")
         shutil.rmtree(sandbox, ignore_errors=True)
         for rel, text in CANARIES.items():
             os.makedirs(os.path.dirname(os.path.join(sandbox, rel)) or sandbox, exist_ok=True)
             open(os.path.join(sandbox, rel), "w").write(text)
         before = snapshot(sandbox)
-        args = []
+        args, invalid = [], []
         for name, kind, choices in rng.sample(flags, rng.randint(1, min(3, len(flags)))):
-            args += [f"--{name}"] if kind == "switch" else [f"--{name}", value_for(rng, name, kind, choices)]
+            if kind == "switch":
+                args += [f"--{name}"]
+                continue
+            value = value_for(rng, name, kind, choices)
+            args += [f"--{name}", value]
+            if value in INVALID[kind]:
+                invalid.append(f"--{name} {value!r}")
         names = [x for x in args if x.startswith("--")]
         if "--trace-dir" not in names:
             args += ["--trace-dir", "runs"]
@@ -120,33 +131,72 @@ def main():
             out, rc = r.stdout + r.stderr, r.returncode
         except subprocess.TimeoutExpired as e:
             out, rc = (e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace"), None
-            problems.append(f"no end within {a.timeout:.0f} s (a hang)")
+            problems.append(("hang", f"no end within {a.timeout:.0f} s (a hang)"))
         if rc is not None:
             if rc not in (0, 1, 2, 3):
-                problems.append(f"exit status {rc} (a crash or a signal)")
+                problems.append(("crash", f"exit status {rc} (a crash or a signal)"))
             for bad in ("terminate called", "Segmentation fault", "AddressSanitizer", "core dumped", "Aborted"):
                 if bad in out:
-                    problems.append(f"the output says '{bad}'")
+                    problems.append(("crash", f"the output says '{bad}'"))
             if rc == 2 and not re.search(r"--[a-z]", out):
-                problems.append("exit 2 without naming a flag")
+                problems.append(("unexplained exit", "exit 2 without naming a flag"))
             if rc == 1 and "error:" not in out:
-                problems.append("exit 1 without an error message")
+                problems.append(("unexplained exit", "exit 1 without an error message"))
             if rc == 0:
                 m = re.search(r"summary: (\S+summary\.json)", out)
                 if not m or not os.path.isfile(os.path.join(sandbox, m.group(1))):
-                    problems.append("exit 0 without the summary.json it names")
+                    problems.append(("unexplained exit", "exit 0 without the summary.json it names"))
+                if invalid:
+                    problems.append(("silent", f"exit 0 with {', '.join(invalid)}: a value no such flag accepts"))
         after = snapshot(sandbox)
         for rel, data in before.items():
             if after.get(rel) != data:
-                problems.append(f"{rel} was {'changed' if rel in after else 'deleted'}")
-        verdict = "ok  " if not problems else "FAIL"
-        print(f"{verdict} exit {rc}: {shown}")
-        for p in problems:
+                problems.append(("touched file", f"{rel} was {'changed' if rel in after else 'deleted'}"))
+        tally["tried"] += 1
+        if problems:
+            for kind in {k for k, _ in problems}:
+                tally[kind] += 1
+        else:
+            tally[{0: "exit 0", 1: "exit 1 with its error", 2: "exit 2 naming a flag", 3: "exit 3 (race)"}[rc]] += 1
+        if not a.quiet or problems:
+            print(f"{'ok  ' if not problems else 'FAIL'} exit {rc}: {shown}")
+        for _, p in problems:
             print(f"        {p}")
         if problems:
             failures += 1
             print("        output: " + out.strip()[-600:].replace("\n", "\n                "))
-    print(f"{a.bin}: {a.cases - failures} of {a.cases} case(s) passed (seed {a.seed})")
+    return failures
+
+
+OUTCOMES = ["exit 2 naming a flag", "exit 1 with its error", "exit 0", "exit 3 (race)"]
+FAILURES = ["crash", "hang", "silent", "touched file", "unexplained exit"]
+
+
+def tally_line(label, t):
+    return (f"{label}: {t['tried']} tried: " + ", ".join(f"{t[k]} {k}" for k in OUTCOMES) + "; " +
+            ", ".join(f"{t[k]} {k}" for k in FAILURES))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mpirun", required=True)
+    ap.add_argument("--bin", required=True, action="append", help="a chapter binary (several: each fuzzed in turn)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--cases", type=int, default=8, help="cases per chapter")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=90)
+    ap.add_argument("--quiet", action="store_true", help="print failed cases and the tallies only")
+    a = ap.parse_args()
+    total = Counter()
+    failures = 0
+    for b in a.bin:
+        tally = Counter()
+        failures += fuzz(a, os.path.abspath(b), tally)
+        print(tally_line(os.path.basename(b), tally))
+        total += tally
+    if len(a.bin) > 1:
+        print(tally_line(f"all {len(a.bin)} chapters", total))
+    print(f"{a.cases * len(a.bin) - failures} of {a.cases * len(a.bin)} case(s) passed (seed {a.seed})")
     return 1 if failures else 0
 
 

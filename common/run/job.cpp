@@ -387,8 +387,8 @@ void Job::stream_trace() {
     json other = other_data();
     other["incomplete"] = true;
     other["failure"] = {{"kind", "killed"},
-                        {"reason", "the run ended before it wrote this file whole (killed, or its node failed); it "
-                                   "holds the events of every step this rank finished"}};
+                        {"reason", "killed before the run's end wrote this file whole, or its node failed; it holds "
+                                   "every step this rank finished"}};
     trace.begin_stream((fs::path(run_dir()) / rank_trace_file(rank_)).string(), flags_.comm, device_->base_time_ns(),
                        device_properties(), other);
   } catch (const std::exception& e) {

@@ -37,13 +37,16 @@ std::string incomplete_text(const TraceModel& model) {
          " rank files are marked incomplete, each ending where its rank stopped";
 }
 
-// "" when every file was read to its end; else, per file, where the reading stopped: a file cut
-// short (a run killed while writing it) or a LoadLimits cap.
+// "" when every file was read to its end; else how many were not, and the first one's reason
+// (a file cut short, as a run killed while writing it leaves it, or a LoadLimits cap).
 std::string stopped_text(const TraceModel& model) {
-  std::string text;
+  size_t stopped = 0;
+  std::string first;
   for (const Rank& r : model.ranks)
-    if (!r.stopped.empty()) text += (text.empty() ? "" : "; ") + r.file + ": " + r.stopped;
-  return text;
+    if (!r.stopped.empty()) ++stopped, first = first.empty() ? r.stopped : first;
+  if (stopped == 0) return "";
+  return std::to_string(stopped) + " of " + std::to_string(model.ranks.size()) + " rank files read up to where " +
+         (stopped == 1 ? "it stops" : "they stop") + " (" + first + ")";
 }
 
 // A run's files that failed to open, one line each (folded when there are many): the rest of
@@ -407,8 +410,14 @@ void Viewer::ui() {
   for (size_t i = 0; i < app.runs.size(); ++i)
     if (const std::string text = stopped_text(app.runs[i].model); !text.empty()) {
       ImGui::PushStyleColor(ImGuiCol_Text, kWarningColor);
-      ImGui::TextWrapped("Read in part%s: %s", i == 0 ? "" : " (compared run)", text.c_str());
+      ImGui::TextWrapped("Read in part%s: %s; hover for each file's", i == 0 ? "" : " (compared run)", text.c_str());
       ImGui::PopStyleColor();
+      if (ImGui::IsItemHovered()) {
+        ImGui::BeginTooltip();
+        for (const Rank& r : app.runs[i].model.ranks)
+          if (!r.stopped.empty()) ImGui::Text("%s: %s", r.file.c_str(), r.stopped.c_str());
+        ImGui::EndTooltip();
+      }
     }
   for (size_t i = 0; i < app.runs.size(); ++i) not_opened_lines(app.runs[i].model, i > 0);
   toolbar(app);
@@ -551,7 +560,8 @@ nlohmann::json Viewer::state() const {
                     {"start_us", run.model.start_us},
                     {"end_us", run.model.end_us},
                     {"offset_us", run.offset_us},
-                    {"incomplete", incomplete_text(run.model)}});
+                    {"incomplete", incomplete_text(run.model)},
+                    {"read_in_part", stopped_text(run.model)}});
   }
   json range_rows = json::array();
   if (app.range && app.range_rows_for == app.range)
