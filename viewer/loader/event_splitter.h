@@ -158,7 +158,6 @@ class Splitter {
   bool saw_events() const { return saw_events_; }
   bool cut() const { return cut_; }
   size_t events_emitted() const { return emitted_; }  // whole events handed to emit so far
-  size_t bytes_fed() const { return offset_; }
 
  private:
   static constexpr int kEventsDepth = 2;  // the events array's own level (the top object is 1)
