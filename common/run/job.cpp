@@ -370,9 +370,10 @@ json Job::device_properties() const {
                        {"simulated", d.simulated()}}});
 }
 
+std::string Job::trace_path() const { return (fs::path(run_dir()) / rank_trace_file(rank_)).string(); }
+
 void Job::write_rank_trace(const json& other) const {
-  device_->trace().write((fs::path(run_dir()) / rank_trace_file(rank_)).string(), flags_.comm,
-                         device_->base_time_ns(), device_properties(), other);
+  device_->trace().write(trace_path(), flags_.comm, device_->base_time_ns(), device_properties(), other);
 }
 
 void Job::stream_trace() {
@@ -389,8 +390,7 @@ void Job::stream_trace() {
     other["failure"] = {{"kind", "killed"},
                         {"reason", "killed before the run's end wrote this file whole, or its node failed; it holds "
                                    "every step this rank finished"}};
-    trace.begin_stream((fs::path(run_dir()) / rank_trace_file(rank_)).string(), flags_.comm, device_->base_time_ns(),
-                       device_properties(), other);
+    trace.begin_stream(trace_path(), flags_.comm, device_->base_time_ns(), device_properties(), other);
   } catch (const std::exception& e) {
     // The copy for a killed run is lost, not the run: the trace is still written at its end.
     stream_failed_ = true;

@@ -159,6 +159,7 @@ class Job {
   nlohmann::json other_data() const;   // the traces' otherData, summary.json's header
   nlohmann::json rank_report() const;  // this rank's entry in summary.json
   nlohmann::json device_properties() const;  // the traces' deviceProperties
+  std::string trace_path() const;             // <run dir>/rank<R>.json
   void write_rank_trace(const nlohmann::json& other) const;
   // Appends the steps so far to this rank's trace file (trace.h: a run killed at any moment
   // keeps them), beginning the file at the first step's end; a failed write warns once.

@@ -38,18 +38,20 @@ GrowingFile::GrowingFile(const fs::path& file, std::string_view first) : path_(f
   const std::string partial = path_ + ".tmp";
   fd_ = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));
+  const auto discard = [&] {  // nothing of a failed start is left behind
+    ::close(fd_);
+    ::unlink(partial.c_str());
+  };
   try {
     append(first);
   } catch (...) {
-    ::close(fd_);
-    ::unlink(partial.c_str());
+    discard();
     throw;
   }
   std::error_code ec;
   fs::rename(partial, file, ec);
   if (ec) {
-    ::close(fd_);
-    ::unlink(partial.c_str());
+    discard();
     throw std::runtime_error("cannot write " + path_ + ": " + ec.message());
   }
 }

@@ -191,9 +191,7 @@ const char* Splitter::scan_event(const char* p, const char* end) {
       default:  // kClose
         pop(p++);
         if (depth_ == kEventsDepth) {
-          ++pending_whole_;
-          last_end_ = pending_size(p);
-          if (emitted_ + pending_whole_ >= max_events_) throw EventCap{};
+          event_ended(p);
           return p;
         }
         break;
@@ -353,9 +351,7 @@ const char* Splitter::block64(const char* p) {
     } else {
       pop(b);
       if (depth_ == kEventsDepth) {
-        ++pending_whole_;
-        last_end_ = pending_size(b + 1);
-        if (emitted_ + pending_whole_ >= max_events_) throw EventCap{};
+        event_ended(b + 1);
         gap = b + 1;
       }
     }
@@ -382,6 +378,12 @@ bool Splitter::feed(const char* data, size_t n) {
   flush(end);
   offset_ += n;
   return true;
+}
+
+void Splitter::event_ended(const char* after) {
+  ++pending_whole_;
+  last_end_ = pending_size(after);
+  if (emitted_ + pending_whole_ >= max_events_) throw EventCap{};
 }
 
 void Splitter::close_events() {

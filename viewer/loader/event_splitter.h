@@ -170,6 +170,7 @@ class Splitter {
   [[noreturn]] void fail(const std::string& what);
   void scan(const char* p, const char* end);
   void close_events();  // the events end here: the whole ones emitted, the skeleton closed after them
+  void event_ended(const char* after);  // an event closed just before `after`; throws EventCap at the cap
   const char* step(const char* p, const char* end);
 #if SHARDLAB_SCAN_SSE2
   const char* block64(const char* p);
