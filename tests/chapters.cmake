@@ -27,7 +27,7 @@ function(shardlab_chapter_tests name target)
   add_test(NAME "${name}: an unknown flag exits 2 listing the flags"
            COMMAND ${EXPECT_EXIT} 2 "unknown flag --stpes; allowed flags: --device" -- ${MPIRUN} -np 1 $<TARGET_FILE:${target}> --stpes 3)
   add_test(NAME "${name}: an unknown profile exits 2 listing the profiles"
-           COMMAND ${EXPECT_EXIT} 2 "--profile h200-9: no such profile; known profiles: a100-8, cpu-bound, h100-2x2, h100-2x8, h100-2x8-1nic, h100-8, h100-8x8, pcie-4" -- ${MPIRUN} -np 1 $<TARGET_FILE:${target}> --profile h200-9)
+           COMMAND ${EXPECT_EXIT} 2 "--profile h200-9: no such profile; known profiles: a100-8, cpu-bound, h100-2x2, h100-2x8, h100-2x8-1nic, h100-8, h100-8x8, h200-measured, pcie-4" -- ${MPIRUN} -np 1 $<TARGET_FILE:${target}> --profile h200-9)
   add_test(NAME "${name}: --device cuda without a CUDA device exits 2"
            COMMAND ${EXPECT_EXIT} 2 "--device cuda: not available" -- ${MPIRUN} -np 1 $<TARGET_FILE:${target}> --device cuda)
   add_test(NAME "${name}: more ranks than the profile has GPUs exits 2"

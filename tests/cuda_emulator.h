@@ -32,6 +32,11 @@
 using std::max;
 using std::min;
 
+// CUDA's float4: four floats, 16-byte aligned, so a kernel's 128-bit loads work on it.
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+
 struct EmulatedDim {
   unsigned int x = 0, y = 1, z = 1;
 };

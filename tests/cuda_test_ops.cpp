@@ -16,6 +16,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -173,6 +174,19 @@ TEST_CASE("cuda: elementwise and memory ops", "[cuda]") {
   f.finish();
   expect_close("gelu_forward", ggelu, gelu, kElementwise);
   expect_close("gelu_backward (accumulated)", gdx, dx, kElementwise);
+
+  // Again, the first element alone and then the rest: pointers off 16-byte alignment take the
+  // kernels' one-float path.
+  Tensor gelu_off = f.random({n}), dx_off = f.random({n});
+  Gpu ggelu_off(gelu_off), gdx_off(dx_off);
+  ops::gelu_backward(f.dev, f.s(), dx_off, x, dy);
+  cuda::gelu_forward(ggelu_off.f(), gx.f(), 1, f.stream());
+  cuda::gelu_forward(ggelu_off.f() + 1, gx.f() + 1, n - 1, f.stream());
+  cuda::gelu_backward(gdx_off.f(), gx.f(), gdy.f(), 1, f.stream());
+  cuda::gelu_backward(gdx_off.f() + 1, gx.f() + 1, gdy.f() + 1, n - 1, f.stream());
+  f.finish();
+  expect_close("gelu_forward, unaligned", ggelu_off, gelu, kElementwise);
+  expect_close("gelu_backward (accumulated), unaligned", gdx_off, dx_off, kElementwise);
 }
 
 TEST_CASE("cuda: embedding forward and backward", "[cuda]") {
@@ -254,20 +268,23 @@ TEST_CASE("cuda: matmul forward and backward (cuBLAS)", "[cuda]") {
 }
 
 TEST_CASE("cuda: cross-entropy forward and backward", "[cuda]") {
-  Fixture f;
-  const int64_t B = 3, T = 7, V = 5003;
-  std::printf("crossentropy, N %lld V %lld\n", static_cast<long long>(B * T), static_cast<long long>(V));
-  Tensor logits = f.random({B, T, V}, 8.0f), targets = f.ids({B, T}, static_cast<int32_t>(V));
-  Tensor losses = f.random({B, T}), dlogits = f.random({B, T, V});
-  Gpu glogits(logits), gtargets(targets), glosses(losses), gdlogits(dlogits);
-  const float dloss = 1.0f / static_cast<float>(B * T);
-  ops::crossentropy_forward(f.dev, f.s(), losses, logits, targets);
-  ops::crossentropy_backward(f.dev, f.s(), dlogits, logits, targets, dloss);
-  cuda::crossentropy_forward(glosses.f(), glogits.f(), gtargets.i(), B * T, V, f.stream());
-  cuda::crossentropy_backward(gdlogits.f(), glogits.f(), gtargets.i(), B * T, V, dloss, f.stream());
-  f.finish();
-  expect_close("crossentropy_forward", glosses, losses, kReduction);
-  expect_close("crossentropy_backward (written)", gdlogits, dlogits, kReduction);
+  // Rows of 5003 and of 1001 logits (odd: rows start off 16-byte alignment, each by a different
+  // amount), 21 and 600 of them.
+  for (const auto [B, T, V] : {std::array<int64_t, 3>{3, 7, 5003}, std::array<int64_t, 3>{4, 150, 1001}}) {
+    Fixture f;
+    std::printf("crossentropy, N %lld V %lld\n", static_cast<long long>(B * T), static_cast<long long>(V));
+    Tensor logits = f.random({B, T, V}, 8.0f), targets = f.ids({B, T}, static_cast<int32_t>(V));
+    Tensor losses = f.random({B, T}), dlogits = f.random({B, T, V});
+    Gpu glogits(logits), gtargets(targets), glosses(losses), gdlogits(dlogits);
+    const float dloss = 1.0f / static_cast<float>(B * T);
+    ops::crossentropy_forward(f.dev, f.s(), losses, logits, targets);
+    ops::crossentropy_backward(f.dev, f.s(), dlogits, logits, targets, dloss);
+    cuda::crossentropy_forward(glosses.f(), glogits.f(), gtargets.i(), B * T, V, f.stream());
+    cuda::crossentropy_backward(gdlogits.f(), glogits.f(), gtargets.i(), B * T, V, dloss, f.stream());
+    f.finish();
+    expect_close("crossentropy_forward", glosses, losses, kReduction);
+    expect_close("crossentropy_backward (written)", gdlogits, dlogits, kReduction);
+  }
 }
 
 TEST_CASE("cuda: AdamW", "[cuda]") {

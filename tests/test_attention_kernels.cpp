@@ -65,29 +65,27 @@ struct Block {
 // The launches of kernels.cu, on the emulator.
 void forward(std::vector<float>& out, std::vector<float>& lse, const std::vector<float>& q, const std::vector<float>& k,
              const std::vector<float>& v, int heads, Block qr, Block kr, int hs, bool causal) {
-  const int q_blocks = flash::blocks_of(qr.count);
   const size_t bytes = sizeof(float) * static_cast<size_t>(flash::forward_shared_floats(hs));
   const auto kernel = flash::channels_per_thread(hs) == 4 ? flash::flash_forward_kernel<4> : flash::flash_forward_kernel<8>;
   const size_t qf = static_cast<size_t>(qr.first * hs), kf = static_cast<size_t>(kr.first * hs);
-  cuda_emulator::launch(static_cast<unsigned>(heads * q_blocks), flash::kThreads, bytes, kernel, out.data() + qf,
+  cuda_emulator::launch(static_cast<unsigned>(heads * flash::blocks_of(qr.count)), flash::kThreads, bytes, kernel, out.data() + qf,
                         lse.data() + qr.first, q.data() + qf, k.data() + kf, v.data() + kf, qr.count, kr.count,
                         static_cast<long long>(qr.ld), static_cast<long long>(kr.ld), hs, causal,
-                        1.0f / std::sqrt(static_cast<float>(hs)), q_blocks);
+                        1.0f / std::sqrt(static_cast<float>(hs)), heads);
 }
 
 void backward(std::vector<float>& dq, std::vector<float>& dk, std::vector<float>& dv, const std::vector<float>& dout,
               const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
               const std::vector<float>& out, const std::vector<float>& lse, int heads, Block qr, Block kr, int hs,
               bool causal) {
-  const int k_blocks = flash::blocks_of(kr.count);
   const size_t bytes = sizeof(float) * static_cast<size_t>(flash::backward_shared_floats(hs));
   const auto kernel =
       flash::channels_per_thread(hs) == 4 ? flash::flash_backward_kernel<4> : flash::flash_backward_kernel<8>;
   const size_t qf = static_cast<size_t>(qr.first * hs), kf = static_cast<size_t>(kr.first * hs);
-  cuda_emulator::launch(static_cast<unsigned>(heads * k_blocks), flash::kThreads, bytes, kernel, dq.data() + qf,
+  cuda_emulator::launch(static_cast<unsigned>(heads * flash::blocks_of(kr.count)), flash::kThreads, bytes, kernel, dq.data() + qf,
                         dk.data() + kf, dv.data() + kf, dout.data() + qf, q.data() + qf, k.data() + kf, v.data() + kf,
                         out.data() + qf, lse.data() + qr.first, qr.count, kr.count, static_cast<long long>(qr.ld),
-                        static_cast<long long>(kr.ld), hs, causal, 1.0f / std::sqrt(static_cast<float>(hs)), k_blocks);
+                        static_cast<long long>(kr.ld), hs, causal, 1.0f / std::sqrt(static_cast<float>(hs)), heads);
 }
 
 struct Case {

@@ -136,7 +136,7 @@ TEST_CASE("flags: checks see the parsed values and the run's shape, in the order
 
 TEST_CASE("profiles: every shipped profile loads with sane numbers", "[profile]") {
   const auto names = profile_names();
-  CHECK(names == std::vector<std::string>{"a100-8", "cpu-bound", "h100-2x2", "h100-2x8", "h100-2x8-1nic", "h100-8", "h100-8x8", "pcie-4"});
+  CHECK(names == std::vector<std::string>{"a100-8", "cpu-bound", "h100-2x2", "h100-2x8", "h100-2x8-1nic", "h100-8", "h100-8x8", "h200-measured", "pcie-4"});
   for (const auto& n : names) {
     const Profile p = load_profile(n);
     INFO(n);
@@ -155,7 +155,7 @@ TEST_CASE("profiles: every shipped profile loads with sane numbers", "[profile]"
 }
 
 TEST_CASE("profiles: an unknown name lists the profiles, a constant without a source is refused", "[profile]") {
-  CHECK_THROWS_WITH(load_profile("h200-9"), Catch::Contains("known profiles: a100-8, cpu-bound, h100-2x2, h100-2x8, h100-2x8-1nic, h100-8, h100-8x8, pcie-4"));
+  CHECK_THROWS_WITH(load_profile("h200-9"), Catch::Contains("known profiles: a100-8, cpu-bound, h100-2x2, h100-2x8, h100-2x8-1nic, h100-8, h100-8x8, h200-measured, pcie-4"));
   const std::string path = "/tmp/shardlab_bad_profile.json";
   {
     std::ifstream in(std::string(SHARDLAB_SOURCE_DIR) + "/common/device/profiles/h100-8.json");

@@ -95,7 +95,9 @@ class CudaDevice final : public Device, private AllocatorBackend {
   int64_t base_time_ns_;
   InFlight<cudaEvent_t> in_flight_;        // device slices whose events have not been read yet
   std::vector<cudaEvent_t> free_events_;   // timing events ready for reuse
-  cudaEvent_t calibration_ = nullptr;      // device time zero of the current calibration...
+  static constexpr int kCalibrationEvents = 4;             // the current zero and three tries
+  cudaEvent_t calibration_events_[kCalibrationEvents] = {};
+  int calibration_ = -1;                   // which of them is device time zero (-1: none yet)...
   int64_t calibration_host_ns_ = 0;        // ...and its host time
   bool closing_ = false;                   // in the destructor: raw_free must not throw
 };

@@ -166,6 +166,12 @@ __global__ void residual_forward_kernel(float* out, const float* a, const float*
 
 void fill(float* t, int64_t n, float value, void* stream) {
   if (n == 0) return;
+  // Zeros (gradients before a backward, almost every fill) are all-zero bytes: the driver's
+  // memset writes them at HBM's full bandwidth, about twice what one float a thread reaches.
+  if (value == 0.0f && !std::signbit(value)) {
+    CUDA_CHECK(cudaMemsetAsync(t, 0, static_cast<size_t>(n) * sizeof(float), as_stream(stream)));
+    return;
+  }
   fill_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(t, n, value);
   CUDA_CHECK(cudaGetLastError());
 }
@@ -488,45 +494,72 @@ void matmul_backward_weight(float* dweight, float* dbias, const float* dout, con
 }
 
 // ============================================================================================
-// GELU, tanh approximation. One thread per element.
+// GELU, tanh approximation. Four elements a thread.
 
 namespace {
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCube = 0.044715f;
 
-__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float x = inp[i];
+__device__ inline float gelu(float x) {
   const float u = kGeluScale * (x + kGeluCube * x * x * x);
-  out[i] = 0.5f * x * (1.0f + tanhf(u));
+  return 0.5f * x * (1.0f + tanhf(u));
 }
 
-// dinp += (0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2)) dout
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float x = inp[i];
+// d gelu / dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+__device__ inline float gelu_grad(float x) {
   const float x2 = x * x;
   const float th = tanhf(kGeluScale * (x + kGeluCube * x2 * x));
   const float sech2 = 1.0f - th * th;
   const float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x2);
-  const float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * du;
-  dinp[i] += grad * dout[i];
+  return 0.5f * (1.0f + th) + 0.5f * x * sech2 * du;
 }
+
+// Thread i handles floats [4i, 4i + 4): as one float4 load and store per tensor when `vec` (every
+// pointer 16-byte aligned) and the four are whole, one float at a time otherwise. A quarter of
+// the memory instructions of one float a thread: the GELUs of the MLP ran at 1.7x the sim's
+// roofline that way on the H200.
+__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n, bool vec) {
+  const int64_t i = 4 * (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
+  if (vec && i + 4 <= n) {
+    const float4 x = *reinterpret_cast<const float4*>(inp + i);
+    *reinterpret_cast<float4*>(out + i) = float4{gelu(x.x), gelu(x.y), gelu(x.z), gelu(x.w)};
+    return;
+  }
+  for (int64_t j = i; j < min(n, i + 4); ++j) out[j] = gelu(inp[j]);
+}
+
+// dinp += gelu'(inp) dout
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n, bool vec) {
+  const int64_t i = 4 * (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
+  if (vec && i + 4 <= n) {
+    const float4 x = *reinterpret_cast<const float4*>(inp + i), dy = *reinterpret_cast<const float4*>(dout + i);
+    float4 d = *reinterpret_cast<float4*>(dinp + i);
+    d.x += gelu_grad(x.x) * dy.x;
+    d.y += gelu_grad(x.y) * dy.y;
+    d.z += gelu_grad(x.z) * dy.z;
+    d.w += gelu_grad(x.w) * dy.w;
+    *reinterpret_cast<float4*>(dinp + i) = d;
+    return;
+  }
+  for (int64_t j = i; j < min(n, i + 4); ++j) dinp[j] += gelu_grad(inp[j]) * dout[j];
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
 void gelu_forward(float* out, const float* inp, int64_t n, void* stream) {
   if (n == 0) return;
-  gelu_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(out, inp, n);
+  gelu_forward_kernel<<<blocks_for((n + 3) / 4, kThreads), kThreads, 0, as_stream(stream)>>>(
+      out, inp, n, aligned16(out) && aligned16(inp));
   CUDA_CHECK(cudaGetLastError());
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, void* stream) {
   if (n == 0) return;
-  gelu_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(dinp, inp, dout, n);
+  gelu_backward_kernel<<<blocks_for((n + 3) / 4, kThreads), kThreads, 0, as_stream(stream)>>>(
+      dinp, inp, dout, n, aligned16(dinp) && aligned16(inp) && aligned16(dout));
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -538,7 +571,10 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, 
 // of exp(x - m), rescaling s when m grows; pairs from threads then combine exactly. A row of
 // GPT-2's 50,257 logits is 201 KB, and the blocks in flight hold far more rows than L2 does,
 // so a second pass over the row (a max, then a sum) read it from HBM twice: the forward ran
-// 3.5x the sim's roofline on the H200, the backward 3.4x.
+// 3.5x the sim's roofline on the H200, the backward 3.4x. With one float a thread and a branch
+// on every logit, the one-pass version still ran at 2.0x and 2.5x (2026-11-27): too few loads in
+// flight. So the row is read as float4s: the floats before its first 16-byte boundary, then
+// whole float4s (four logits, at most one rescale, four exps), then the rest.
 
 namespace {
 
@@ -555,19 +591,46 @@ __device__ SoftmaxStats combine(SoftmaxStats a, SoftmaxStats b) {
   return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
 }
 
-// The row's (max, sum of exp(x - max)), every thread of the block gets it. One exp per logit:
-// a new max rescales the sum instead of adding a term.
+// One logit into a running (max, sum): a new max rescales the sum instead of adding a term.
+__device__ inline void add_logit(SoftmaxStats& t, float x) {
+  if (x > t.m) {
+    t.s = t.s * expf(t.m - x) + 1.0f;
+    t.m = x;
+  } else {
+    t.s += expf(x - t.m);
+  }
+}
+
+// Four logits: at most one rescale, then four exps.
+__device__ inline void add_logits(SoftmaxStats& t, float4 x) {
+  const float m4 = fmaxf(fmaxf(x.x, x.y), fmaxf(x.z, x.w));
+  if (m4 > t.m) {
+    t.s *= expf(t.m - m4);
+    t.m = m4;
+  }
+  t.s += expf(x.x - t.m) + expf(x.y - t.m) + expf(x.z - t.m) + expf(x.w - t.m);
+}
+
+// A row of floats as [0, head) single floats, `body` float4s from x + head (16-byte aligned),
+// and [head + 4 body, V) single floats.
+struct RowParts {
+  int64_t head, body;
+};
+__device__ inline RowParts row_parts(const float* x, int64_t V) {
+  const int64_t misaligned = static_cast<int64_t>(reinterpret_cast<uintptr_t>(x) / sizeof(float) % 4);
+  const int64_t head = min(V, (4 - misaligned) % 4);
+  return {head, (V - head) / 4};
+}
+
+// The row's (max, sum of exp(x - max)), every thread of the block gets it.
 __device__ SoftmaxStats row_softmax_stats(const float* x, int64_t V) {
   SoftmaxStats t{-INFINITY, 0.0f};
-  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
-    const float xi = x[i];
-    if (xi > t.m) {
-      t.s = t.s * expf(t.m - xi) + 1.0f;
-      t.m = xi;
-    } else {
-      t.s += expf(xi - t.m);
-    }
-  }
+  const RowParts part = row_parts(x, V);
+  const float4* body = reinterpret_cast<const float4*>(x + part.head);
+#pragma unroll 4
+  for (int64_t i = threadIdx.x; i < part.body; i += blockDim.x) add_logits(t, body[i]);
+  for (int64_t i = threadIdx.x; i < part.head; i += blockDim.x) add_logit(t, x[i]);
+  for (int64_t i = part.head + 4 * part.body + threadIdx.x; i < V; i += blockDim.x) add_logit(t, x[i]);
   for (int offset = 16; offset > 0; offset /= 2)
     t = combine(t, {__shfl_xor_sync(0xffffffff, t.m, offset), __shfl_xor_sync(0xffffffff, t.s, offset)});
   __shared__ SoftmaxStats partial[32];
@@ -591,8 +654,11 @@ __global__ void crossentropy_forward_kernel(float* losses, const float* logits, 
 }
 
 // dlogits = softmax(x) dloss - onehot(target) dloss, written: one pass for the row's stats,
-// one to read the logits again and write. The target element is written by the one thread
-// that owns it, after its softmax term, so no other thread touches it.
+// one to read the logits again and write, as float4s where dlogits' row is aligned as the
+// logits' row is (always, for tensors of the device's allocator). Each element is written by
+// the one thread that reads it, the target's too. The second read comes from HBM again: a grid
+// of one block per SM, each walking rows (132 rows, 26 MB in flight, which the H200's L2
+// holds), was slower on the H200 (1.38 ms against 1.24 for GPT-2 small's logits).
 __global__ void crossentropy_backward_kernel(float* dlogits, const float* logits, const int32_t* targets, int64_t V,
                                              float dloss) {
   const int64_t n = blockIdx.x;
@@ -602,8 +668,19 @@ __global__ void crossentropy_backward_kernel(float* dlogits, const float* logits
   check_index("crossentropy_backward", "target", target, "row", n, V, threadIdx.x == 0);
   const SoftmaxStats st = row_softmax_stats(x, V);
   const float scale = dloss / st.s;
-  for (int64_t i = threadIdx.x; i < V; i += blockDim.x)
-    dx[i] = expf(x[i] - st.m) * scale - (i == target ? dloss : 0.0f);
+  const auto grad = [&](float xi, int64_t i) { return expf(xi - st.m) * scale - (i == target ? dloss : 0.0f); };
+  RowParts part{V, 0};  // all single floats, unless the two rows are aligned alike
+  if ((reinterpret_cast<uintptr_t>(dx) - reinterpret_cast<uintptr_t>(x)) % sizeof(float4) == 0) part = row_parts(x, V);
+  const float4* body = reinterpret_cast<const float4*>(x + part.head);
+  float4* dbody = reinterpret_cast<float4*>(dx + part.head);
+#pragma unroll 4
+  for (int64_t i = threadIdx.x; i < part.body; i += blockDim.x) {
+    const float4 xi = body[i];
+    const int64_t e = part.head + 4 * i;
+    dbody[i] = float4{grad(xi.x, e), grad(xi.y, e + 1), grad(xi.z, e + 2), grad(xi.w, e + 3)};
+  }
+  for (int64_t i = threadIdx.x; i < part.head; i += blockDim.x) dx[i] = grad(x[i], i);
+  for (int64_t i = part.head + 4 * part.body + threadIdx.x; i < V; i += blockDim.x) dx[i] = grad(x[i], i);
 }
 
 unsigned int row_blocks(int64_t N, const char* op) {
@@ -688,7 +765,7 @@ AttnLaunch attention_launch(const char* op, int64_t B, int64_t NH, int64_t Tq, i
 
 // A kernel may use more than the 48 KiB of shared memory every launch gets only after opting in
 // (cudaFuncAttributeMaxDynamicSharedMemorySize), up to the GPU's limit: 227 KiB on an H100,
-// 163 on an A100, 99 on most consumer cards. The backward needs 83 KiB at hs = 64, 149 at 128.
+// 163 on an A100, 99 on most consumer cards. The backward needs 109 KiB at hs = 64, 173 at 128.
 template <class Kernel>
 void allow_shared(Kernel kernel, const char* op, int hs, size_t bytes) {
   int device = 0, limit = 0;
@@ -704,11 +781,11 @@ void allow_shared(Kernel kernel, const char* op, int hs, size_t bytes) {
 template <int kCh>
 void launch_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t heads,
                               const AttnLaunch& a, int64_t ldq, int64_t ldk, bool causal, cudaStream_t stream) {
-  const int q_blocks = flash::blocks_of(a.Tq);
   const size_t bytes = sizeof(float) * static_cast<size_t>(flash::forward_shared_floats(a.hs));
   allow_shared(flash::flash_forward_kernel<kCh>, "attention_forward", a.hs, bytes);
-  flash::flash_forward_kernel<kCh><<<static_cast<unsigned int>(heads * q_blocks), flash::kThreads, bytes, stream>>>(
-      out, lse, q, k, v, a.Tq, a.Tk, ldq, ldk, a.hs, causal, a.scale, q_blocks);
+  const auto blocks = static_cast<unsigned int>(heads * flash::blocks_of(a.Tq));
+  flash::flash_forward_kernel<kCh><<<blocks, flash::kThreads, bytes, stream>>>(
+      out, lse, q, k, v, a.Tq, a.Tk, ldq, ldk, a.hs, causal, a.scale, static_cast<int>(heads));
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -716,11 +793,11 @@ template <int kCh>
 void launch_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q, const float* k,
                                const float* v, const float* out, const float* lse, int64_t heads, const AttnLaunch& a,
                                int64_t ldq, int64_t ldk, bool causal, cudaStream_t stream) {
-  const int k_blocks = flash::blocks_of(a.Tk);
   const size_t bytes = sizeof(float) * static_cast<size_t>(flash::backward_shared_floats(a.hs));
   allow_shared(flash::flash_backward_kernel<kCh>, "attention_backward", a.hs, bytes);
-  flash::flash_backward_kernel<kCh><<<static_cast<unsigned int>(heads * k_blocks), flash::kThreads, bytes, stream>>>(
-      dq, dk, dv, dout, q, k, v, out, lse, a.Tq, a.Tk, ldq, ldk, a.hs, causal, a.scale, k_blocks);
+  const auto blocks = static_cast<unsigned int>(heads * flash::blocks_of(a.Tk));
+  flash::flash_backward_kernel<kCh><<<blocks, flash::kThreads, bytes, stream>>>(
+      dq, dk, dv, dout, q, k, v, out, lse, a.Tq, a.Tk, ldq, ldk, a.hs, causal, a.scale, static_cast<int>(heads));
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -793,83 +870,96 @@ void attention_merge(float* out, float* lse, const float* out_b, const float* ls
 }
 
 // ============================================================================================
-// Layouts around attention: pure permutations (the backward ones add). One thread per element
-// of the [B, NH, T, hs] side: thread i handles (b, h, t, c) in that order, c fastest, so a warp
-// moves 32 consecutive channels of one head row on both sides.
+// Layouts around attention: pure permutations (the backward ones add). A block per token row
+// (b, t) of the [B, T, C] side (and, for qkv, per part in blockIdx.y: q, k, v); its threads walk
+// the row's C channels, channel c being channel c % hs of head c / hs on the [B, NH, T, hs]
+// side. Both sides move runs of consecutive floats: the row's C, and hs of each head row. The
+// first version, one thread per element, took each index apart with 64-bit divisions, and that
+// arithmetic, not memory, held it to a quarter of HBM's bandwidth on an H200.
 
 namespace {
 
-// part in {0: q, 1: k, 2: v}: i runs over 3 x [B, NH, T, hs].
-__global__ void qkv_split_kernel(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T, int64_t NH,
-                                 int64_t hs) {
-  const int64_t per_part = B * NH * T * hs;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= 3 * per_part) return;
-  const int64_t part = i / per_part, e = i % per_part;
-  const int64_t c = e % hs, t = e / hs % T, h = e / (hs * T) % NH, b = e / (hs * T * NH);
+// The [B, NH, T, hs] index of channel c of row (b, t).
+__device__ inline int64_t head_index(int b, int t, int c, int T, int NH, int hs) {
+  const int h = c / hs;
+  return (static_cast<int64_t>(b * NH + h) * T + t) * hs + (c - h * hs);
+}
+
+__global__ void qkv_split_kernel(float* q, float* k, float* v, const float* qkv, int T, int NH, int hs) {
+  const int row = blockIdx.x, b = row / T, t = row - b * T, C = NH * hs;
+  float* dst = blockIdx.y == 0 ? q : blockIdx.y == 1 ? k : v;
+  const float* src = qkv + (static_cast<int64_t>(row) * 3 + blockIdx.y) * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) dst[head_index(b, t, c, T, NH, hs)] = src[c];
+}
+
+__global__ void qkv_split_backward_kernel(float* dqkv, const float* dq, const float* dk, const float* dv, int T,
+                                          int NH, int hs) {
+  const int row = blockIdx.x, b = row / T, t = row - b * T, C = NH * hs;
+  const float* src = blockIdx.y == 0 ? dq : blockIdx.y == 1 ? dk : dv;
+  float* dst = dqkv + (static_cast<int64_t>(row) * 3 + blockIdx.y) * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) dst[c] += src[head_index(b, t, c, T, NH, hs)];
+}
+
+// out is [B, T, NH hs], o is [B, NH, T, hs].
+__global__ void heads_merge_kernel(float* out, const float* o, int T, int NH, int hs) {
+  const int row = blockIdx.x, b = row / T, t = row - b * T, C = NH * hs;
+  float* dst = out + static_cast<int64_t>(row) * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) dst[c] = o[head_index(b, t, c, T, NH, hs)];
+}
+
+__global__ void heads_merge_backward_kernel(float* d_o, const float* dout, int T, int NH, int hs) {
+  const int row = blockIdx.x, b = row / T, t = row - b * T, C = NH * hs;
+  const float* src = dout + static_cast<int64_t>(row) * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) d_o[head_index(b, t, c, T, NH, hs)] += src[c];
+}
+
+// The grid of a layout kernel: B T rows by `parts`, threads for up to C channels. Sizes past
+// 32-bit indices are refused, naming the op.
+struct LayoutLaunch {
+  dim3 grid;
+  unsigned int threads;
+  int T, NH, hs;
+};
+
+LayoutLaunch layout_launch(const char* op, int64_t B, int64_t T, int64_t NH, int64_t hs, unsigned int parts) {
+  if (B * T > INT_MAX || B * NH > INT_MAX || NH * hs > INT_MAX)
+    throw std::invalid_argument(std::string(op) + ": B " + std::to_string(B) + ", T " + std::to_string(T) + ", NH " +
+                                std::to_string(NH) + ", hs " + std::to_string(hs) +
+                                " need indices past 32 bits, which the layout kernels do not take");
   const int64_t C = NH * hs;
-  float* dst = part == 0 ? q : part == 1 ? k : v;
-  dst[e] = qkv[(b * T + t) * 3 * C + part * C + h * hs + c];
-}
-
-__global__ void qkv_split_backward_kernel(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t B,
-                                          int64_t T, int64_t NH, int64_t hs) {
-  const int64_t per_part = B * NH * T * hs;
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= 3 * per_part) return;
-  const int64_t part = i / per_part, e = i % per_part;
-  const int64_t c = e % hs, t = e / hs % T, h = e / (hs * T) % NH, b = e / (hs * T * NH);
-  const int64_t C = NH * hs;
-  const float* src = part == 0 ? dq : part == 1 ? dk : dv;
-  dqkv[(b * T + t) * 3 * C + part * C + h * hs + c] += src[e];
-}
-
-// i runs over o [B, NH, T, hs]; out is [B, T, NH hs].
-__global__ void heads_merge_kernel(float* out, const float* o, int64_t B, int64_t NH, int64_t T, int64_t hs) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= B * NH * T * hs) return;
-  const int64_t c = i % hs, t = i / hs % T, h = i / (hs * T) % NH, b = i / (hs * T * NH);
-  out[(b * T + t) * NH * hs + h * hs + c] = o[i];
-}
-
-__global__ void heads_merge_backward_kernel(float* d_o, const float* dout, int64_t B, int64_t NH, int64_t T,
-                                            int64_t hs) {
-  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= B * NH * T * hs) return;
-  const int64_t c = i % hs, t = i / hs % T, h = i / (hs * T) % NH, b = i / (hs * T * NH);
-  d_o[i] += dout[(b * T + t) * NH * hs + h * hs + c];
+  return {dim3(static_cast<unsigned int>(B * T), parts), static_cast<unsigned int>(std::min<int64_t>(C, kThreads)),
+          static_cast<int>(T), static_cast<int>(NH), static_cast<int>(hs)};
 }
 
 }  // namespace
 
 void qkv_split(float* q, float* k, float* v, const float* qkv, int64_t B, int64_t T, int64_t NH, int64_t hs,
                void* stream) {
-  const int64_t n = 3 * B * NH * T * hs;
-  if (n == 0) return;
-  qkv_split_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(q, k, v, qkv, B, T, NH, hs);
+  if (B * T * NH * hs == 0) return;
+  const LayoutLaunch l = layout_launch("qkv_split", B, T, NH, hs, 3);
+  qkv_split_kernel<<<l.grid, l.threads, 0, as_stream(stream)>>>(q, k, v, qkv, l.T, l.NH, l.hs);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void qkv_split_backward(float* dqkv, const float* dq, const float* dk, const float* dv, int64_t B, int64_t T,
                         int64_t NH, int64_t hs, void* stream) {
-  const int64_t n = 3 * B * NH * T * hs;
-  if (n == 0) return;
-  qkv_split_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(dqkv, dq, dk, dv, B, T, NH,
-                                                                                        hs);
+  if (B * T * NH * hs == 0) return;
+  const LayoutLaunch l = layout_launch("qkv_split_backward", B, T, NH, hs, 3);
+  qkv_split_backward_kernel<<<l.grid, l.threads, 0, as_stream(stream)>>>(dqkv, dq, dk, dv, l.T, l.NH, l.hs);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void heads_merge(float* out, const float* o, int64_t B, int64_t NH, int64_t T, int64_t hs, void* stream) {
-  const int64_t n = B * NH * T * hs;
-  if (n == 0) return;
-  heads_merge_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(out, o, B, NH, T, hs);
+  if (B * T * NH * hs == 0) return;
+  const LayoutLaunch l = layout_launch("heads_merge", B, T, NH, hs, 1);
+  heads_merge_kernel<<<l.grid, l.threads, 0, as_stream(stream)>>>(out, o, l.T, l.NH, l.hs);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void heads_merge_backward(float* d_o, const float* dout, int64_t B, int64_t NH, int64_t T, int64_t hs, void* stream) {
-  const int64_t n = B * NH * T * hs;
-  if (n == 0) return;
-  heads_merge_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(d_o, dout, B, NH, T, hs);
+  if (B * T * NH * hs == 0) return;
+  const LayoutLaunch l = layout_launch("heads_merge_backward", B, T, NH, hs, 1);
+  heads_merge_backward_kernel<<<l.grid, l.threads, 0, as_stream(stream)>>>(d_o, dout, l.T, l.NH, l.hs);
   CUDA_CHECK(cudaGetLastError());
 }
 

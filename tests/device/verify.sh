@@ -2,8 +2,8 @@
 # tests/device/verify.sh: every check of shardlab's CUDA device and NCCL communicator that needs
 # a GPU, in one command, on a lent GPU machine (see tests/device/README.md).
 #
-#   tests/device/pack.sh                                  # here: build-device/ and .device/
-#   device run: bash tests/device/verify.sh [STAGE...]    # there, carrying build-device and .device
+#   tests/device/pack.sh                                  # here: builds build-device/, packs .device/
+#   device run: bash tests/device/verify.sh [STAGE...]    # there, carrying .device
 #
 # Stages (default: all, in this order, each under its own time limit; a stage that would start
 # after the overall budget is listed as not run):
@@ -41,7 +41,8 @@ say "machine"
 if nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv; then gpu=yes
 else gpu=no; echo "no GPU visible (nvidia-smi failed): every stage will be reported as skipped"; fi
 nvcc --version 2>/dev/null | tail -1
-[ -d build-device ] && [ -d .device/debs ] || { echo "verify.sh: build-device/ or .device/ missing: run tests/device/pack.sh here and carry both"; exit 1; }
+[ -f .device/build-device.tar.xz ] && [ -d .device/debs ] || { echo "verify.sh: .device/ is incomplete: run tests/device/pack.sh here and carry .device"; exit 1; }
+tar -xJf .device/build-device.tar.xz  # build-device/: the programs and ctest's lists, as pack.sh built them
 
 # Open MPI from the carried packages, in a folder of its own. libnuma and libudev only where the
 # machine has none (a second copy would shadow the machine's own).
@@ -159,6 +160,8 @@ steps() {
       --trace-dir "$work/runs" --run-name ch${ch}_gpt2_cuda || rc=1
     mpirun -np 1 build-device/chapters/shardlab_ch$ch --device sim --compute skip --profile h100-8 "${shape[@]}" \
       --trace-dir "$work/runs" --run-name ch${ch}_gpt2_sim > /dev/null || rc=1
+    mpirun -np 1 build-device/chapters/shardlab_ch$ch --device sim --compute skip --profile h200-measured "${shape[@]}" \
+      --trace-dir "$work/runs" --run-name ch${ch}_gpt2_h200 > /dev/null || rc=1
     if [ -f common/device/profiles/measured.json ]; then
       mpirun -np 1 build-device/chapters/shardlab_ch$ch --device sim --compute skip --profile measured "${shape[@]}" \
         --trace-dir "$work/runs" --run-name ch${ch}_gpt2_measured > /dev/null || rc=1
@@ -174,9 +177,10 @@ def step_ms(run):
     steps = json.load(open(path))["ranks"][0]["steps"][1:]  # step 0 warms up the allocator
     return "%.2f" % (statistics.median(s["step_us"] for s in steps) / 1e3)
 print("\ngpt2-small, world 1, global batch 8 x 1024 tokens: median step time (ms), steps 1-9")
-print("%-8s %10s %16s %16s" % ("chapter", "measured", "sim h100-8", "sim measured"))
+print("%-8s %10s %16s %18s %16s" % ("chapter", "measured", "sim h100-8", "sim h200-measured", "sim measured"))
 for ch in os.environ["training_chapters"].split():
-    print("%-8s %10s %16s %16s" % (ch, step_ms(f"ch{ch}_gpt2_cuda"), step_ms(f"ch{ch}_gpt2_sim"), step_ms(f"ch{ch}_gpt2_measured")))
+    print("%-8s %10s %16s %18s %16s" % (ch, step_ms(f"ch{ch}_gpt2_cuda"), step_ms(f"ch{ch}_gpt2_sim"),
+                                        step_ms(f"ch{ch}_gpt2_h200"), step_ms(f"ch{ch}_gpt2_measured")))
 EOF
   return $rc
 }
