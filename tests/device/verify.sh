@@ -66,6 +66,7 @@ export PYTHONUNBUFFERED=1  # a stage killed at its limit still shows what its Py
 # components whose libraries this machine lacks.
 export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
 export OMPI_MCA_mca_base_component_show_load_errors=0 PMIX_MCA_mca_base_component_show_load_errors=0
+export PMIX_MCA_pcompress_base_silence_warning=1  # the carried PMIx finds no zlib: ten lines a job, nothing lost
 
 # CUDA's and NCCL's libraries: wherever this machine keeps them (the toolkit, or PyTorch's wheels).
 # cuBLAS is opened at run time (common/cuda/cublas_library.h), so ldd does not list it; its
