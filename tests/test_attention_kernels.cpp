@@ -16,7 +16,7 @@
 
 // Last: the emulator defines CUDA's keywords as macros.
 #include "cuda_emulator.h"
-inline float* attention_shared() { return emulated_shared(); }
+inline float* dynamic_shared_floats() { return emulated_shared(); }
 #include "cuda/attention_kernels.cuh"
 
 using namespace shardlab;

@@ -4,7 +4,7 @@
 // which runs these same kernels on the CPU under a small CUDA emulator (tests/cuda_emulator.h),
 // so their indexing, masking and online softmax are checked on machines without a GPU. The file
 // therefore uses nothing but threadIdx, blockIdx, __syncthreads, __shfl_xor_sync, atomicAdd and
-// the float math functions, and takes its dynamic shared memory from attention_shared(), which
+// the float math functions, and takes its dynamic shared memory from dynamic_shared_floats(), which
 // the includer defines.
 //
 // The math (attention.h): per (batch, head), S = scale q k^T with the mask, P = softmax rows of
@@ -222,7 +222,7 @@ template <int kCh>
 __global__ void __launch_bounds__(kThreads)
     flash_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v, int Tq, int Tk,
                          long long ldq, long long ldk, int hs, bool causal, float scale, int heads) {
-  float* qs = attention_shared();
+  float* qs = dynamic_shared_floats();
   float* ks = qs + kTile * row_ld(hs);
   float* vs = ks + kTile * row_ld(hs);
   float* ps = vs + kTile * row_ld(hs);  // the tile's probabilities, [64 queries][kScoreLd]
@@ -315,7 +315,7 @@ __global__ void __launch_bounds__(kThreads)
                           const float* v, const float* out, const float* lse, int Tq, int Tk, long long ldq,
                           long long ldk, int hs, bool causal, float scale, int heads) {
   const int ld = row_ld(hs);
-  float* ks = attention_shared();
+  float* ks = dynamic_shared_floats();
   float* vs = ks + kTile * ld;
   float* qs = vs + kTile * ld;
   float* dos = qs + kTile * ld;

@@ -35,13 +35,14 @@
 #include "check.h"
 #include "cublas_library.h"
 
-// The attention kernels' dynamic shared memory, under the name attention_kernels.cuh asks for
-// (the CPU emulator in tests/ defines its own).
-__device__ inline float* attention_shared() {
-  extern __shared__ float attention_shared_floats[];
-  return attention_shared_floats;
+// A kernel's dynamic shared memory, under the name attention_kernels.cuh and
+// layernorm_kernels.cuh ask for (the CPU emulator in tests/ defines its own).
+__device__ inline float* dynamic_shared_floats() {
+  extern __shared__ float dynamic_shared[];
+  return dynamic_shared;
 }
 #include "attention_kernels.cuh"
+#include "layernorm_kernels.cuh"
 
 // CUDA_CHECK's twin for cuBLAS: throws std::runtime_error naming the call, the place and
 // cuBLAS's own words.
@@ -292,38 +293,13 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   }
 }
 
-// dinp, one warp per row (mapped as in the forward): with norm = (x - mean) rstd and
-// dnorm = weight dout, dinp += rstd (dnorm - mean(dnorm) - norm mean(dnorm norm)).
-__global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp, const float* weight,
-                                                const float* mean, const float* rstd, int64_t N, int C) {
-  const int lane = threadIdx.x % kWarp;
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / kWarp;
-  if (n >= N) return;
-  const float* x = inp + n * C;
-  const float* dy = dout + n * C;
-  float* dx = dinp + n * C;
-  const float m = mean[n], rs = rstd[n];
-  float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
-  for (int i = lane; i < C; i += kWarp) {
-    const float dnorm = weight[i] * dy[i];
-    dnorm_sum += dnorm;
-    dnorm_norm_sum += dnorm * (x[i] - m) * rs;
-  }
-  const float dnorm_mean = warp_sum(dnorm_sum) / static_cast<float>(C);
-  const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) / static_cast<float>(C);
-  for (int i = lane; i < C; i += kWarp)
-    dx[i] += (weight[i] * dy[i] - dnorm_mean - (x[i] - m) * rs * dnorm_norm_mean) * rs;
-}
-
-// Column sums over N rows, shared by the layernorm parameters and the matmul bias. Block
-// (bx, by) of 32 x 32 threads owns 32 adjacent columns and one chunk of the rows: thread (x, y)
-// sums rows y, y + 32, ... of the chunk in column 32 bx + x (a warp, fixed y, reads 32 adjacent
-// floats of one row: coalesced); the 32 partial sums of each column are then added in shared
-// memory and the chunk's total atomically into the result. Without chunks a row of 768
-// channels made only 24 blocks for a 132-SM GPU, and layernorm's backward ran 4.5x the sim's
-// roofline on the H200. The price of the atomics: the order in which chunks add, hence the
-// last bits of dweight and dbias, may change from run to run.
-// The layernorm's sums: dbias += sum dout, dweight += sum norm dout.
+// The matmul bias's gradient: column sums over N rows. Block (bx, by) of 32 x 32 threads owns
+// 32 adjacent columns and one chunk of the rows: thread (x, y) sums rows y, y + 32, ... of the
+// chunk in column 32 bx + x (a warp, fixed y, reads 32 adjacent floats of one row: coalesced);
+// the 32 partial sums of each column are then added in shared memory and the chunk's total
+// atomically into the result. Without chunks a row of 768 channels made only 24 blocks for a
+// 132-SM GPU. The price of the atomics: the order in which chunks add, hence the last bits of
+// dbias, may change from run to run.
 constexpr int kChunkRows = 256;  // rows per chunk: 8 per thread
 
 dim3 column_sum_grid(int64_t N, int64_t C) {
@@ -332,32 +308,7 @@ dim3 column_sum_grid(int64_t N, int64_t C) {
   return dim3(blocks_for(C, kWarp), static_cast<unsigned int>(chunks));
 }
 
-__global__ void layernorm_backward_params_kernel(float* dweight, float* dbias, const float* dout, const float* inp,
-                                                 const float* mean, const float* rstd, int64_t N, int C) {
-  __shared__ float partial_w[kWarp][kWarp + 1], partial_b[kWarp][kWarp + 1];
-  const int x = threadIdx.x, y = threadIdx.y;
-  const int c = blockIdx.x * kWarp + x;
-  const int64_t first = static_cast<int64_t>(blockIdx.y) * kChunkRows, last = min(N, first + kChunkRows);
-  float sw = 0.0f, sb = 0.0f;
-  if (c < C)
-    for (int64_t n = first + y; n < last; n += kWarp) {
-      const float dy = dout[n * C + c];
-      sb += dy;
-      sw += (inp[n * C + c] - mean[n]) * rstd[n] * dy;
-    }
-  partial_w[y][x] = sw;
-  partial_b[y][x] = sb;
-  __syncthreads();
-  if (y != 0 || c >= C) return;
-  for (int r = 1; r < kWarp; ++r) {
-    sw += partial_w[r][x];
-    sb += partial_b[r][x];
-  }
-  atomicAdd(&dweight[c], sw);
-  atomicAdd(&dbias[c], sb);
-}
-
-// dbias[c] += sum over rows of dout[n, c], threads and chunks as in layernorm_backward_params_kernel.
+// dbias[c] += sum over rows of dout[n, c].
 __global__ void bias_backward_kernel(float* dbias, const float* dout, int64_t N, int OC) {
   __shared__ float partial[kWarp][kWarp + 1];
   const int x = threadIdx.x, y = threadIdx.y;
@@ -371,6 +322,21 @@ __global__ void bias_backward_kernel(float* dbias, const float* dout, int64_t N,
   if (y != 0 || c >= OC) return;
   for (int r = 1; r < kWarp; ++r) s += partial[r][x];
   atomicAdd(&dbias[c], s);
+}
+
+// A kernel may use more than the 48 KiB of shared memory every launch gets only after opting in
+// (cudaFuncAttributeMaxDynamicSharedMemorySize), up to the GPU's limit: 227 KiB on an H100,
+// 163 on an A100, 99 on most consumer cards. Attention's backward needs 109 KiB at head size 64,
+// 173 at 128; layernorm's backward 8 bytes a channel. `needing` names what asks for that much.
+template <class Kernel>
+void allow_shared(Kernel kernel, const char* op, const std::string& needing, size_t bytes) {
+  int device = 0, limit = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (bytes > static_cast<size_t>(limit))
+    throw std::invalid_argument(std::string(op) + ": " + needing + " need " + std::to_string(bytes) +
+                                " bytes of shared memory a block; this GPU allows " + std::to_string(limit));
+  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
 // C fits an int (a row of 2^31 floats would not fit any GPU's block of work anyway).
@@ -389,16 +355,22 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   CUDA_CHECK(cudaGetLastError());
 }
 
+// The backward's kernel is layernorm_kernels.cuh's (how warps map to rows, where the parameters'
+// sums go). Up to eight blocks of 8 warps an SM (64 warps, all an SM holds): enough rows in flight
+// to keep HBM busy, and each block adds its 2 C sums to the result once.
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C,
                         void* stream) {
   if (N == 0 || C == 0) return;
   const int c = row_length(C, "layernorm_backward");
-  layernorm_backward_input_kernel<<<blocks_for(N, kRowWarps), kRowWarps * kWarp, 0, as_stream(stream)>>>(
-      dinp, dout, inp, weight, mean, rstd, N, c);
-  CUDA_CHECK(cudaGetLastError());
-  layernorm_backward_params_kernel<<<column_sum_grid(N, C), dim3(kWarp, kWarp), 0, as_stream(stream)>>>(
-      dweight, dbias, dout, inp, mean, rstd, N, c);
+  const size_t bytes = sizeof(float) * static_cast<size_t>(layernorm::backward_shared_floats(c));
+  allow_shared(layernorm::backward_kernel, "layernorm_backward", "rows of " + std::to_string(C) + " channels", bytes);
+  int device = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int blocks = static_cast<int>(std::min<int64_t>(blocks_for(N, kRowWarps), 8 * static_cast<int64_t>(sms)));
+  layernorm::backward_kernel<<<blocks, kRowWarps * kWarp, bytes, as_stream(stream)>>>(
+      dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, c, blocks);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -763,26 +735,11 @@ AttnLaunch attention_launch(const char* op, int64_t B, int64_t NH, int64_t Tq, i
   return {static_cast<int>(Tq), static_cast<int>(Tk), static_cast<int>(hs), 1.0f / std::sqrt(static_cast<float>(hs))};
 }
 
-// A kernel may use more than the 48 KiB of shared memory every launch gets only after opting in
-// (cudaFuncAttributeMaxDynamicSharedMemorySize), up to the GPU's limit: 227 KiB on an H100,
-// 163 on an A100, 99 on most consumer cards. The backward needs 109 KiB at hs = 64, 173 at 128.
-template <class Kernel>
-void allow_shared(Kernel kernel, const char* op, int hs, size_t bytes) {
-  int device = 0, limit = 0;
-  CUDA_CHECK(cudaGetDevice(&device));
-  CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (bytes > static_cast<size_t>(limit))
-    throw std::invalid_argument(std::string(op) + ": head size " + std::to_string(hs) + " needs " +
-                                std::to_string(bytes) + " bytes of shared memory a block; this GPU allows " +
-                                std::to_string(limit));
-  CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-}
-
 template <int kCh>
 void launch_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, int64_t heads,
                               const AttnLaunch& a, int64_t ldq, int64_t ldk, bool causal, cudaStream_t stream) {
   const size_t bytes = sizeof(float) * static_cast<size_t>(flash::forward_shared_floats(a.hs));
-  allow_shared(flash::flash_forward_kernel<kCh>, "attention_forward", a.hs, bytes);
+  allow_shared(flash::flash_forward_kernel<kCh>, "attention_forward", "heads of size " + std::to_string(a.hs), bytes);
   const auto blocks = static_cast<unsigned int>(heads * flash::blocks_of(a.Tq));
   flash::flash_forward_kernel<kCh><<<blocks, flash::kThreads, bytes, stream>>>(
       out, lse, q, k, v, a.Tq, a.Tk, ldq, ldk, a.hs, causal, a.scale, static_cast<int>(heads));
@@ -794,7 +751,7 @@ void launch_attention_backward(float* dq, float* dk, float* dv, const float* dou
                                const float* v, const float* out, const float* lse, int64_t heads, const AttnLaunch& a,
                                int64_t ldq, int64_t ldk, bool causal, cudaStream_t stream) {
   const size_t bytes = sizeof(float) * static_cast<size_t>(flash::backward_shared_floats(a.hs));
-  allow_shared(flash::flash_backward_kernel<kCh>, "attention_backward", a.hs, bytes);
+  allow_shared(flash::flash_backward_kernel<kCh>, "attention_backward", "heads of size " + std::to_string(a.hs), bytes);
   const auto blocks = static_cast<unsigned int>(heads * flash::blocks_of(a.Tk));
   flash::flash_backward_kernel<kCh><<<blocks, flash::kThreads, bytes, stream>>>(
       dq, dk, dv, dout, q, k, v, out, lse, a.Tq, a.Tk, ldq, ldk, a.hs, causal, a.scale, static_cast<int>(heads));
