@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
                  "skip-loss: it skips the step's closing loss all-reduce; skip-sendrecv: it skips the step's ring sendrecv; "
                  "host-oom: it runs out of host memory");
   };
-  return run_chapter(argc, argv, {"fail_one_rank", "A failing rank", 2}, add_flags, [](Job& job) {
+  const ChapterInfo chapter{.id = "fail_one_rank", .title = "A failing rank", .default_steps = 2};
+  return run_chapter(argc, argv, chapter, add_flags, [](Job& job) {
     Device& dev = job.device();
     Tensor t = dev.empty({16}, DType::f32, dev.compute_stream(), "t");
     Tensor ring = dev.empty({16}, DType::f32, dev.compute_stream(), "ring");

@@ -56,5 +56,8 @@ int main(int argc, char** argv) {
     f.add_choice("bug", &bug, {"none", "sum", "twice", "skip"},
                  "none: averaged; sum: one gradient summed; twice: divided twice; skip: never reduced");
   };
-  return run_chapter(argc, argv, {"wrong_divisor", "A gradient reduced with the wrong divisor", 2}, add_flags, lesson);
+  const ChapterInfo chapter{.id = "wrong_divisor",
+                            .title = "A gradient reduced with the wrong divisor",
+                            .default_steps = 2};
+  return run_chapter(argc, argv, chapter, add_flags, lesson);
 }

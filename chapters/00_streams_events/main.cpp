@@ -260,5 +260,8 @@ void lesson(Job& job) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_chapter(argc, argv, {"00_streams_events", "Streams and events", 3}, add_flags, lesson);
+  const ChapterInfo chapter{.id = "00_streams_events",
+                            .title = "Streams and events",
+                            .default_steps = 3};
+  return run_chapter(argc, argv, chapter, add_flags, lesson);
 }

@@ -200,5 +200,8 @@ void lesson(Job& job) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_chapter(argc, argv, {"01_ring_allreduce", "Ring all-reduce by hand", 2}, add_flags, lesson);
+  const ChapterInfo chapter{.id = "01_ring_allreduce",
+                            .title = "Ring all-reduce by hand",
+                            .default_steps = 2};
+  return run_chapter(argc, argv, chapter, add_flags, lesson);
 }

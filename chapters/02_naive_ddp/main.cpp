@@ -84,5 +84,8 @@ void lesson(Job& job) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_chapter(argc, argv, {"02_naive_ddp", "Naive data parallelism", 5}, add_flags, lesson);
+  const ChapterInfo chapter{.id = "02_naive_ddp",
+                            .title = "Naive data parallelism",
+                            .default_steps = 5};
+  return run_chapter(argc, argv, chapter, add_flags, lesson);
 }

@@ -30,6 +30,11 @@ namespace ch03 {
 
 using namespace shardlab;
 
+// PyTorch DDP's defaults: bucket_cap_mb = 25, and a first bucket of 1 MiB
+// (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES) so that the first all-reduce starts early.
+constexpr double kDefaultBucketCapMiB = 25;
+constexpr double kDefaultFirstBucketMiB = 1;
+
 // Groups parameters (their sizes in bytes, in model order) into buckets: reverse order, the
 // first bucket capped at first_cap bytes, the others at cap. Returns parameter indices per
 // bucket, each bucket in the order it is filled.

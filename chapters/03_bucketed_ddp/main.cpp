@@ -20,8 +20,8 @@ using namespace shardlab;
 namespace {
 
 TrainFlags train;
-double bucket_cap_mb = 25;
-double first_bucket_mb = 1;
+double bucket_cap_mb = ch03::kDefaultBucketCapMiB;
+double first_bucket_mb = ch03::kDefaultFirstBucketMiB;
 
 void add_flags(Flags& f) {
   add_train_flags(f, train);
@@ -37,8 +37,8 @@ void lesson(Job& job) {
   Stream& comm = dev.create_stream("comm");
 
   // 1. Buckets: parameters in reverse order, 1 MiB first (--first-bucket-mb), then
-  //    --bucket-cap-mb each. The flat
-  //    buffers are laid out bucket after bucket, so gradients are views into the buckets.
+  //    --bucket-cap-mb each. The flat buffers are laid out bucket after bucket, so gradients
+  //    are views into the buckets.
   const TrainSetup setup = train_setup(train, job.steps(), job.flags().seed);
   std::vector<int64_t> bytes;
   for (const auto& p : gpt_params(GPTConfig::preset(setup.model))) bytes.push_back(p.shape.numel() * 4);
@@ -81,5 +81,8 @@ void lesson(Job& job) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_chapter(argc, argv, {"03_bucketed_ddp", "Bucketed data parallelism", 5}, add_flags, lesson);
+  const ChapterInfo chapter{.id = "03_bucketed_ddp",
+                            .title = "Bucketed data parallelism",
+                            .default_steps = 5};
+  return run_chapter(argc, argv, chapter, add_flags, lesson);
 }

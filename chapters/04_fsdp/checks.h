@@ -65,7 +65,6 @@ inline void check_against_reference(Job& job, const TrainSetup& setup, const GPT
 
 inline void report_memory(Job& job, const MemoryFormula& f) {
   Device& dev = job.device();
-  const auto MiB = [](auto bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); };
   job.figure("peak_allocated_MiB", MiB(dev.allocator().peak_allocated()), "MiB", "measured, rank 0, last step");
   job.figure("peak_reserved_MiB", MiB(dev.allocator().peak_reserved()), "MiB", "measured: segments the allocator holds");
   job.figure("formula_MiB", MiB(f.total()), "MiB", "sharded state + unsharded at the peak + activations");

@@ -133,5 +133,8 @@ void lesson(Job& job) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_chapter(argc, argv, {"04_fsdp", "Fully sharded data parallelism", 5}, add_flags, lesson);
+  const ChapterInfo chapter{.id = "04_fsdp",
+                            .title = "Fully sharded data parallelism",
+                            .default_steps = 5};
+  return run_chapter(argc, argv, chapter, add_flags, lesson);
 }

@@ -103,6 +103,12 @@ class FsdpRuntime {
 
   int units() const { return static_cast<int>(units_.size()); }
   ch04::FlatParam& flat(int u) { return *unit(u).flat; }
+  // Every unit's FlatParam: together they hold each parameter once (the reference check's input).
+  std::vector<ch04::FlatParam*> flat_params() {
+    std::vector<ch04::FlatParam*> all;
+    for (Unit& x : units_) all.push_back(x.flat.get());
+    return all;
+  }
   const FsdpOptions& options() const { return options_; }
 
   void root_pre_forward() {

@@ -72,8 +72,6 @@ struct ModeResult {
   ch04::CollectiveCounts collectives;
 };
 
-double MiB(double bytes) { return bytes / (1024.0 * 1024.0); }
-
 // Trains --steps steps under `options` from the initial parameters (numbered from first_step + 1
 // in the trace), checks its collectives and its numerics, and returns its last step's figures.
 ModeResult train_fsdp(Job& job, const TrainSetup& setup, ch02::BatchShare& batch, GPT& model,
@@ -112,9 +110,7 @@ ModeResult train_fsdp(Job& job, const TrainSetup& setup, ch02::BatchShare& batch
                                                    job.world_size());
 
   // 5. Prefetching changes when, never what: the shards equal single-rank training.
-  std::vector<ch04::FlatParam*> units;
-  for (int u = 0; u < fsdp.units(); ++u) units.push_back(&fsdp.flat(u));
-  ch04::check_against_reference(job, setup, model, units);
+  ch04::check_against_reference(job, setup, model, fsdp.flat_params());
   return r;
 }
 
@@ -199,6 +195,8 @@ void lesson(Job& job) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_chapter(argc, argv, {"05_prefetch", "Prefetching: FSDP's hooks and when they issue all-gathers", 5},
-                     add_flags, lesson);
+  const ChapterInfo chapter{.id = "05_prefetch",
+                            .title = "Prefetching: FSDP's hooks and when they issue all-gathers",
+                            .default_steps = 5};
+  return run_chapter(argc, argv, chapter, add_flags, lesson);
 }

@@ -47,8 +47,6 @@ void add_flags(Flags& f) {
   });
 }
 
-double MiB(double bytes) { return bytes / (1024.0 * 1024.0); }
-
 void lesson(Job& job) {
   Device& dev = job.device();
   const bool limited = limit_all_gathers == "on";
@@ -104,14 +102,14 @@ void lesson(Job& job) {
 
   // 4. The limiter changes when, never what: chapter 04's collectives, single-rank numerics.
   ch04::check_collective_counts(job, L, options.full_shard, job.steps(), job.world_size());
-  std::vector<ch04::FlatParam*> units;
-  for (int u = 0; u < fsdp.units(); ++u) units.push_back(&fsdp.flat(u));
-  ch04::check_against_reference(job, setup, model, units);
+  ch04::check_against_reference(job, setup, model, fsdp.flat_params());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_chapter(argc, argv, {"06_rate_limit", "The all-gather rate limiter and the caching allocator", 5},
-                     add_flags, lesson);
+  const ChapterInfo chapter{.id = "06_rate_limit",
+                            .title = "The all-gather rate limiter and the caching allocator",
+                            .default_steps = 5};
+  return run_chapter(argc, argv, chapter, add_flags, lesson);
 }

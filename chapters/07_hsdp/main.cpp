@@ -80,8 +80,6 @@ std::pair<int, int> mesh_shape(const RunShape& run) {
   return {static_cast<int>(r), static_cast<int>(s)};
 }
 
-double MiB(double bytes) { return bytes / (1024.0 * 1024.0); }
-
 bool on_network(const Profile& profile, const Comm& group) {
   return link_tier_of(profile, group.world_ranks()) == LinkTierKind::network;
 }
@@ -166,13 +164,14 @@ void lesson(Job& job) {
                            std::to_string(n.all_reduces));
   ch04::report_collective_counts(job, n);
   job.figure("all_reduces_per_step", n.all_reduces, "", "from the trace: across the replicate group");
-  std::vector<ch04::FlatParam*> units;
-  for (int u = 0; u < fsdp.units(); ++u) units.push_back(&fsdp.flat(u));
-  ch04::check_against_reference(job, setup, model, units);
+  ch04::check_against_reference(job, setup, model, fsdp.flat_params());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_chapter(argc, argv, {"07_hsdp", "HSDP: shard inside a node, replicate across nodes", 5}, add_flags, lesson);
+  const ChapterInfo chapter{.id = "07_hsdp",
+                            .title = "HSDP: shard inside a node, replicate across nodes",
+                            .default_steps = 5};
+  return run_chapter(argc, argv, chapter, add_flags, lesson);
 }

@@ -64,8 +64,6 @@ void add_flags(Flags& f) {
   });
 }
 
-double MiB(double bytes) { return bytes / (1024.0 * 1024.0); }
-
 // The slowest link between neighbours of the ring: every step waits for its slowest transfer.
 RingPath slowest_hop(const Profile& profile, const Comm& group) {
   const std::vector<int>& ranks = group.world_ranks();
@@ -95,7 +93,8 @@ void lesson(Job& job) {
   // 2. Chapter 03's replica and buckets, on this rank's tokens of its group's sequences.
   std::vector<int64_t> bytes;
   for (const auto& p : gpt_params(cfg)) bytes.push_back(p.shape.numel() * 4);
-  const auto buckets = ch03::assign_buckets(bytes, 1 << 20, 25 << 20);
+  const auto buckets = ch03::assign_buckets(bytes, static_cast<int64_t>(ch03::kDefaultFirstBucketMiB * (1 << 20)),
+                                            static_cast<int64_t>(ch03::kDefaultBucketCapMiB * (1 << 20)));
   ch02::Replica replica(job, setup, 1, ch03::bucket_layout(buckets), {job.rank() / N, replicas, layout.positions()});
   Stream& comm = dev.create_stream("comm");
   ch03::Reducer reducer(job, replica, buckets, comm);
@@ -188,5 +187,8 @@ void lesson(Job& job) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return run_chapter(argc, argv, {"08_context_parallel", "Context parallelism: ring attention", 5}, add_flags, lesson);
+  const ChapterInfo chapter{.id = "08_context_parallel",
+                            .title = "Context parallelism: ring attention",
+                            .default_steps = 5};
+  return run_chapter(argc, argv, chapter, add_flags, lesson);
 }

@@ -3,8 +3,9 @@
 // plumbing it stands on.
 //
 //   int main(int argc, char** argv) {
-//     return shardlab::run_chapter(argc, argv, {"00_streams_events", "Streams and events", 3},
-//                                  add_flags, lesson);
+//     const shardlab::ChapterInfo chapter{.id = "00_streams_events", .title = "Streams and events",
+//                                         .default_steps = 3};
+//     return shardlab::run_chapter(argc, argv, chapter, add_flags, lesson);
 //   }
 //
 // run_chapter: initializes MPI; parses the shared flags (below) and the chapter's own; builds

@@ -103,6 +103,11 @@ double bus_factor(const std::string& collective, int group_size);
 // "1.25 GiB": bytes in binary units with two decimals (whole bytes under 1 KiB); a difference
 // keeps its sign. How the run's messages and the viewer write an amount of bytes.
 std::string human_bytes(double bytes);
+// Bytes in MiB, as the chapters' memory figures report them.
+template <class Bytes>
+constexpr double MiB(Bytes bytes) {
+  return static_cast<double>(bytes) / (1024.0 * 1024.0);
+}
 
 // Per operation (the viewer's table of operations): the union of a rank's compute kernels, as
 // disjoint intervals in time order (what hides communication), and the part of [a, b) in
