@@ -227,6 +227,8 @@ std::pair<std::unique_ptr<Device>, std::unique_ptr<Comm>> cuda_runtime(Profile p
 }
 #endif
 
+void write_json(const fs::path& path, const json& j) { write_whole_file(path, j.dump(2) + "\n"); }
+
 }  // namespace
 
 Job::Job(const ChapterInfo& info, const CommonFlags& flags, json config, json placement, std::unique_ptr<Device> device,
@@ -345,6 +347,17 @@ json Job::other_data() const {
           {"world_size", world_size_}, {"config", config_}};
 }
 
+json Job::summary_base(const json& other) const {
+  json summary = other;
+  summary["title"] = info_.title;
+  summary["run"] = fs::path(run_dir()).filename().string();
+  summary["times"] = device_->simulated() ? "simulated" : "measured";
+  summary["figures"] = figures_;
+  if (!losses_.empty()) summary["loss"] = losses_;
+  summary["ranks"] = json::array();
+  return summary;
+}
+
 json Job::rank_report() const {
   Device& d = *device_;
   const RankTimeline& tl = d.trace().timeline();
@@ -416,20 +429,14 @@ int Job::finish() {
   write_rank_trace(other);
 
   if (is_root()) {
-    json summary = other;
-    summary["title"] = info_.title;
-    summary["run"] = dir.filename().string();
-    summary["times"] = d.simulated() ? "simulated" : "measured";
-    summary["figures"] = figures_;
+    json summary = summary_base(other);
     summary["results"] = results_;
-    if (!losses_.empty()) summary["loss"] = losses_;
-    summary["ranks"] = json::array();
     size_t races = 0;
     for (const auto& s : per_rank) {
       summary["ranks"].push_back(json::parse(s));
       races += summary["ranks"].back()["races"].size();
     }
-    write_whole_file(dir / kSummaryFile, summary.dump(2) + "\n");
+    write_json(dir / kSummaryFile, summary);
 
     if (races > 0) {
       std::cout << "\nrace check: " << races << " report(s):\n";
@@ -561,8 +568,6 @@ std::string diagnose_hang(const std::map<int, json>& records) {
   return out;
 }
 
-void write_json(const fs::path& path, const json& j) { write_whole_file(path, j.dump(2) + "\n"); }
-
 // What a failed run left, from the ranks' reports ("wrote"): "summary.json, the traces (marked
 // incomplete) of ranks 0-3, the flight records of ranks 0-3", and what was not, and why.
 std::string written_after_failure(const std::string& summary, const std::map<int, json>& reports, int world_size) {
@@ -670,16 +675,10 @@ void Job::fail(const Failure& failure, bool origin) {
     print_error(text);
   }
 
-  json summary = other_data();
-  summary["title"] = info_.title;
-  summary["run"] = dir.filename().string();
-  summary["times"] = device_->simulated() ? "simulated" : "measured";
+  json summary = summary_base(other_data());
   summary["incomplete"] = true;
   summary["failure"] = failure.to_json();
   if (!diagnosis.empty()) summary["diagnosis"] = diagnosis;
-  summary["figures"] = figures_;
-  if (!losses_.empty()) summary["loss"] = losses_;
-  summary["ranks"] = json::array();
   std::vector<int> missing;
   for (int r = 0; r < world_size_; ++r) {
     if (!reports.count(r)) {

@@ -158,6 +158,10 @@ class Job {
 
  private:
   nlohmann::json other_data() const;   // the traces' otherData, summary.json's header
+  // What summary.json holds for a finished and a failed run alike: `other` (other_data()), the
+  // title, the run's name, measured or simulated times, the figures, the losses, and "ranks"
+  // empty for the caller to fill.
+  nlohmann::json summary_base(const nlohmann::json& other) const;
   nlohmann::json rank_report() const;  // this rank's entry in summary.json
   nlohmann::json device_properties() const;  // the traces' deviceProperties
   std::string trace_path() const;             // <run dir>/rank<R>.json
