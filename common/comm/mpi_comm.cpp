@@ -116,25 +116,13 @@ MpiComm::MpiComm(Device& dev, SimDevice* sim, MPI_Comm comm, std::string name, s
   MPI_Comm_rank(comm_, &rank_);
 }
 
-MpiComm::~MpiComm() {
-  // After a mismatch, headers nobody received may still be in flight to this communicator.
-  // Freeing it would let MPI hand its context id to a new communicator, where they would be
-  // received by mistake, so a broken communicator is deliberately kept until MPI_Finalize.
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized && !(check_ && check_->broken())) MPI_Comm_free(&comm_);
-}
+MpiComm::~MpiComm() { free_mpi_group(comm_, check_.get()); }
 
 std::unique_ptr<Comm> MpiComm::split(int color, int key) {
-  MPI_Comm child = MPI_COMM_NULL;
-  MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child);
-  if (child == MPI_COMM_NULL) return nullptr;
-  int n = 0;
-  MPI_Comm_size(child, &n);
-  std::vector<int> ranks(static_cast<size_t>(n));
-  MPI_Allgather(&world_ranks_[rank_], 1, MPI_INT, ranks.data(), 1, MPI_INT, child);
-  auto c = std::unique_ptr<MpiComm>(new MpiComm(dev_, sim_, child, name_ + ".split(" + std::to_string(color) + ")",
-                                                std::move(ranks), check_ != nullptr));
+  MpiGroup g = split_mpi_group(comm_, color, key, world_ranks_[rank_]);
+  if (g.comm == MPI_COMM_NULL) return nullptr;
+  auto c = std::unique_ptr<MpiComm>(
+      new MpiComm(dev_, sim_, g.comm, split_name(name_, color), std::move(g.world_ranks), check_ != nullptr));
   c->message_limit_ = message_limit_;
   return c;
 }

@@ -33,6 +33,7 @@
 #include "comm/comm.h"
 #include "device/cost_model.h"
 #include "comm/mismatch_check.h"
+#include "comm/mpi_group.h"
 
 namespace shardlab {
 

@@ -72,28 +72,18 @@ NcclComm::~NcclComm() {
   // Not in an unwinding error path: ncclCommDestroy waits for the communicator's queued work.
   ncclCommDestroy(comm_);
   cudaEventDestroy(last_op_);
-  // After a mismatch, headers nobody received may still be in flight on the MPI twin: it is
-  // kept until MPI_Finalize so MPI cannot hand its context to a new communicator (as MpiComm).
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized && !(check_ && check_->broken())) MPI_Comm_free(&mpi_);
+  free_mpi_group(mpi_, check_.get());
 }
 
 std::unique_ptr<Comm> NcclComm::split(int color, int key) {
   // Both libraries order the new group's members by key, then by rank in the parent, so the
   // MPI twin and the NCCL communicator agree on who is rank i.
-  MPI_Comm child_mpi = MPI_COMM_NULL;
-  MPI_Comm_split(mpi_, color < 0 ? MPI_UNDEFINED : color, key, &child_mpi);
+  MpiGroup g = split_mpi_group(mpi_, color, key, world_ranks_[rank_]);
   ncclComm_t child = nullptr;
   NCCL_CHECK(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr));
-  if (child_mpi == MPI_COMM_NULL) return nullptr;
-  int n = 0;
-  MPI_Comm_size(child_mpi, &n);
-  std::vector<int> ranks(static_cast<size_t>(n));
-  MPI_Allgather(&world_ranks_[rank_], 1, MPI_INT, ranks.data(), 1, MPI_INT, child_mpi);
+  if (g.comm == MPI_COMM_NULL) return nullptr;
   return std::unique_ptr<NcclComm>(
-      new NcclComm(dev_, child, child_mpi, name_ + ".split(" + std::to_string(color) + ")", std::move(ranks),
-                   check_ != nullptr));
+      new NcclComm(dev_, child, g.comm, split_name(name_, color), std::move(g.world_ranks), check_ != nullptr));
 }
 
 Device::CollectiveMark NcclComm::begin(Stream& s) {

@@ -31,6 +31,7 @@
 #include "comm/comm.h"
 #include "cuda/cuda_device.h"
 #include "comm/mismatch_check.h"
+#include "comm/mpi_group.h"
 
 namespace shardlab {
 
