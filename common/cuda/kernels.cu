@@ -120,12 +120,6 @@ unsigned int blocks_for(int64_t n, int64_t threads) {
   return static_cast<unsigned int>(blocks);
 }
 
-// ---- reductions: a warp's 32 lanes combine through shuffles (every lane gets the result).
-__device__ float warp_sum(float x) {
-  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffff, x, offset);
-  return x;
-}
-
 // A token id or target outside its table. The CPU op throws; a kernel cannot, so it prints the
 // CPU's message and traps, as PyTorch's device-side asserts do: the launch fails, the error
 // surfaces at the next synchronizing CUDA call, and the CUDA context is unusable afterwards.
@@ -281,10 +275,10 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   const float* x = inp + n * C;
   float sum = 0.0f;
   for (int i = lane; i < C; i += kWarp) sum += x[i];
-  const float m = warp_sum(sum) / static_cast<float>(C);
+  const float m = layernorm::warp_sum(sum) / static_cast<float>(C);
   float sq = 0.0f;
   for (int i = lane; i < C; i += kWarp) sq += (x[i] - m) * (x[i] - m);
-  const float rs = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(C) + 1e-5f);
+  const float rs = 1.0f / sqrtf(layernorm::warp_sum(sq) / static_cast<float>(C) + 1e-5f);
   float* o = out + n * C;
   for (int i = lane; i < C; i += kWarp) o[i] = (x[i] - m) * rs * weight[i] + bias[i];
   if (lane == 0) {

@@ -26,6 +26,8 @@ namespace layernorm {
 
 constexpr int kWarp = 32;
 
+// A warp's 32 lanes combine through shuffles; every lane gets the sum. The forward's kernel
+// (kernels.cu) uses it too.
 __device__ inline float warp_sum(float x) {
   for (int offset = kWarp / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffff, x, offset);
   return x;
