@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <stdexcept>
@@ -36,50 +37,18 @@ namespace ch02 {
 
 using namespace shardlab;
 
-// Which part of the global batch a rank loads: the rows of data-parallel rank `rank` of
-// `ranks`, and of each row the tokens at `positions`, in the order the model holds them (all of
-// them in order when empty). Data parallelism: rank r of the world, every position. Chapter 08
-// splits each sequence over the ranks of a context-parallel group: the data-parallel rank is
-// the group's, the positions this rank's chunks.
+// Which rows of the global batch a rank loads: those of data-parallel rank `rank` of `ranks`.
 struct DataShard {
   int rank = 0, ranks = 1;
-  std::vector<int32_t> positions;
 };
-inline DataShard data_parallel_shard(const Job& job) { return {job.rank(), job.world_size(), {}}; }
+inline DataShard data_parallel_shard(const Job& job) { return {job.rank(), job.world_size()}; }
 
 // This rank's share of each step's global batch, micro-batch by micro-batch, on the device.
 class BatchShare {
  public:
-  BatchShare(Job& job, const TrainSetup& setup, int64_t grad_accum) : BatchShare(job, setup, grad_accum, data_parallel_shard(job)) {}
-  BatchShare(Job& job, const TrainSetup& setup, int64_t grad_accum, DataShard shard)
-      : job_(job),
-        setup_(setup),
-        shard_(std::move(shard)),
-        rows_(micro_rows(setup, shard_.ranks, grad_accum)),
-        T_(shard_.positions.empty() ? setup.T : static_cast<int64_t>(shard_.positions.size())) {
-    // The data exist only when the math is done: under --compute skip no token is ever read.
-    // The chain's stationary distribution (seconds for GPT-2's vocabulary) is solved once, by
-    // rank 0, and handed to every rank, instead of once per rank on the same cores.
-    if (job.device().computes()) {
-      const int vocab = static_cast<int>(GPTConfig::preset(setup.model).vocab);
-      if (setup.model != "tiny")  // seconds of silence otherwise: the chain, then the parameters
-        job.say("preparing the data (a " + std::to_string(vocab) + "-state Markov chain) and the " + setup.model +
-                " parameters on the CPU...");
-      std::vector<double> pi = job.solved_once([&] { return MarkovChain(vocab, setup.fanout, setup.seed).stationary(); });
-      chain_.emplace(vocab, setup.fanout, setup.seed, std::move(pi));
-      sampler_.emplace(*chain_, setup.global_batch, setup.T, shard_.rank, shard_.ranks, setup.seed);
-    }
-    Device& dev = job.device();
-    Stream& s = dev.compute_stream();
-    tokens_ = dev.empty({rows_, T_}, DType::i32, s, "tokens");
-    targets_ = dev.empty({rows_, T_}, DType::i32, s, "targets");
-    if (!shard_.positions.empty()) {  // where each of this rank's tokens sits in its sequence: loaded once
-      positions_ = dev.empty({T_}, DType::i32, s, "positions");
-      copy_to_device(dev, s, positions_, dev.computes() ? shard_.positions.data() : nullptr);
-    }
-  }
-  ~BatchShare() {
-    if (positions_.defined()) job_.device().free(positions_);
+  BatchShare(Job& job, const TrainSetup& setup, int64_t grad_accum)
+      : BatchShare(job, setup, grad_accum, data_parallel_shard(job), setup.T) {}
+  virtual ~BatchShare() {
     job_.device().free(targets_);
     job_.device().free(tokens_);
   }
@@ -105,8 +74,44 @@ class BatchShare {
       copy_to_device(dev, s, tokens_, nullptr);
       copy_to_device(dev, s, targets_, nullptr);
     }
-    model.set_batch(tokens_, targets_, 1.0f / static_cast<float>(share_rows * T_), positions_);
+    bind(model, 1.0f / static_cast<float>(share_rows * T_));
   }
+
+ protected:
+  // The extension point: a share of `T` tokens of each row, which `mine` picks and `bind` hands
+  // to the model (chapter 08 holds part of every sequence).
+  BatchShare(Job& job, const TrainSetup& setup, int64_t grad_accum, DataShard shard, int64_t T)
+      : job_(job), setup_(setup), shard_(shard), rows_(micro_rows(setup, shard_.ranks, grad_accum)), T_(T) {
+    // The data exist only when the math is done: under --compute skip no token is ever read.
+    // The chain's stationary distribution (seconds for GPT-2's vocabulary) is solved once, by
+    // rank 0, and handed to every rank, instead of once per rank on the same cores.
+    if (job.device().computes()) {
+      const int vocab = static_cast<int>(GPTConfig::preset(setup.model).vocab);
+      if (setup.model != "tiny")  // seconds of silence otherwise: the chain, then the parameters
+        job.say("preparing the data (a " + std::to_string(vocab) + "-state Markov chain) and the " + setup.model +
+                " parameters on the CPU...");
+      std::vector<double> pi = job.solved_once([&] { return MarkovChain(vocab, setup.fanout, setup.seed).stationary(); });
+      chain_.emplace(vocab, setup.fanout, setup.seed, std::move(pi));
+      sampler_.emplace(*chain_, setup.global_batch, setup.T, shard_.rank, shard_.ranks, setup.seed);
+    }
+    Device& dev = job.device();
+    Stream& s = dev.compute_stream();
+    tokens_ = dev.empty({rows_, T_}, DType::i32, s, "tokens");
+    targets_ = dev.empty({rows_, T_}, DType::i32, s, "targets");
+  }
+
+  // This micro-batch's rows of the share (from element `offset`): every token of each.
+  virtual std::vector<int32_t> mine(const std::vector<int32_t>& share, int64_t offset) const {
+    const auto first = share.begin() + offset;
+    return {first, first + rows_ * setup_.T};
+  }
+  virtual void bind(GPT& model, float dloss) { model.set_batch(tokens_, targets_, dloss); }
+
+  Job& job_;
+  TrainSetup setup_;
+  DataShard shard_;
+  int64_t rows_, T_;
+  Tensor tokens_, targets_;
 
  private:
   static int64_t micro_rows(const TrainSetup& setup, int world, int64_t accum) {
@@ -117,41 +122,23 @@ class BatchShare {
     return setup.global_batch / (world * accum);
   }
 
-  // This micro-batch's rows of the share (from element `offset`), with only this rank's
-  // positions of each row when it holds part of the sequence.
-  std::vector<int32_t> mine(const std::vector<int32_t>& share, int64_t offset) const {
-    const auto first = share.begin() + offset;
-    if (shard_.positions.empty()) return {first, first + rows_ * setup_.T};
-    std::vector<int32_t> out;
-    out.reserve(static_cast<size_t>(rows_ * T_));
-    for (int64_t r = 0; r < rows_; ++r)
-      for (const int32_t p : shard_.positions) out.push_back(first[r * setup_.T + p]);
-    return out;
-  }
-
-  Job& job_;
-  TrainSetup setup_;
-  DataShard shard_;
-  int64_t rows_, T_;
   std::optional<MarkovChain> chain_;
   std::optional<Sampler> sampler_;
-  Tensor tokens_, targets_, positions_;
 };
 
 class Replica {
  public:
-  // `layout`: the parameter indices in the order the flat buffers hold them. `shard`: the data
-  // this replica trains on (by default, data parallelism's).
+  // `layout`: the parameter indices in the order the flat buffers hold them. The replica trains
+  // on data parallelism's share of each batch, or on `batch` (chapter 08's share of sequences).
   Replica(Job& job, const TrainSetup& setup, int64_t grad_accum, std::vector<int> layout)
-      : Replica(job, setup, grad_accum, std::move(layout), data_parallel_shard(job)) {}
-  Replica(Job& job, const TrainSetup& setup, int64_t grad_accum, std::vector<int> layout, DataShard shard)
+      : Replica(job, setup, std::make_unique<BatchShare>(job, setup, grad_accum), std::move(layout)) {}
+  Replica(Job& job, const TrainSetup& setup, std::unique_ptr<BatchShare> batch, std::vector<int> layout)
       : job_(job),
         setup_(setup),
         cfg_(GPTConfig::preset(setup.model)),
-        grad_accum_(grad_accum),
-        batch_(job, setup, grad_accum, std::move(shard)),
+        batch_(std::move(batch)),
         layout_(std::move(layout)),
-        model_(job.device(), cfg_, batch_.rows(), batch_.T()) {
+        model_(job.device(), cfg_, batch_->rows(), batch_->T()) {
     Device& dev = job.device();
     Stream& s = dev.compute_stream();
     const int64_t n = gpt_num_params(cfg_);
@@ -178,13 +165,12 @@ class Replica {
 
   GPT& model() { return model_; }
   const TrainSetup& setup() const { return setup_; }
-  const MarkovChain& chain() const { return batch_.chain(); }
+  const MarkovChain& chain() const { return batch_->chain(); }
   const std::vector<int>& layout() const { return layout_; }
   const Tensor& params() const { return params_; }
   const Tensor& grads() const { return grads_; }
-  int64_t grad_accum() const { return grad_accum_; }
-  int64_t tokens_per_step() const { return batch_.tokens_per_step(); }
-  void load_micro_batch(int64_t step, int64_t micro) { batch_.load(model_, step, micro); }
+  int64_t tokens_per_step() const { return batch_->tokens_per_step(); }
+  void load_micro_batch(int64_t step, int64_t micro) { batch_->load(model_, step, micro); }
 
   void zero_grad() { ops::fill(job_.device(), job_.device().compute_stream(), grads_, 0.0f); }
 
@@ -229,8 +215,7 @@ class Replica {
   Job& job_;
   TrainSetup setup_;
   GPTConfig cfg_;
-  int64_t grad_accum_;
-  BatchShare batch_;
+  std::unique_ptr<BatchShare> batch_;
   std::vector<int> layout_;
   GPT model_;
   Tensor params_, grads_, m_, v_;

@@ -12,9 +12,8 @@
 //   shard = ceil(N / W) elements; rank r holds [r shard, (r + 1) shard) of the padded buffer;
 //   the last ranks hold the padding (zeros), possibly several of them, possibly nothing else.
 //
-// Groups: chapter 04 shards over the whole world. Chapter 07's HSDP shards over the ranks of one
-// node and keeps one such group per node: the gradient is then averaged over all of them, the
-// reduce-scatter inside the group and an all-reduce across the replicas (hsdp.h).
+// The group: the ranks a FlatParam is sharded over, and whose gradients it averages (FSDP's
+// process_group). In this chapter, the whole world.
 //
 // Streams, as FSDP1's: all-gathers and the unsharded buffers' allocations on the unshard
 // stream (the compute stream waits for it before the unit runs); reduce-scatters on the
@@ -71,21 +70,16 @@ inline GradientFactors gradient_factors(int world) {
   return {static_cast<double>(f), static_cast<double>(world) / f};
 }
 
-// The ranks a FlatParam is sharded over, and how many copies of that group average its gradient.
-struct ShardGroup {
-  Comm& comm;
-  int replicas = 1;
-};
-
 class FlatParam {
  public:
   // `params`: the model parameters this unit flattens, in order. Every rank starts from the same
   // initial values (they depend on the seed only) and keeps its shard of them.
+  // `group`: the ranks it is sharded over, the world unless said.
   FlatParam(Job& job, GPT& model, std::string name, std::vector<int> params, uint64_t seed)
-      : FlatParam(job, model, std::move(name), std::move(params), seed, {job.world()}) {}
-  FlatParam(Job& job, GPT& model, std::string name, std::vector<int> params, uint64_t seed, ShardGroup group)
-      : job_(job), model_(model), name_(std::move(name)), params_(std::move(params)), group_(group.comm),
-        replicas_(group.replicas), layout_{numel_of(model, params_), group.comm.size()} {
+      : FlatParam(job, model, std::move(name), std::move(params), seed, job.world()) {}
+  FlatParam(Job& job, GPT& model, std::string name, std::vector<int> params, uint64_t seed, Comm& group)
+      : job_(job), model_(model), name_(std::move(name)), params_(std::move(params)), group_(group),
+        layout_{numel_of(model, params_), group.size()} {
     Device& dev = job.device();
     Stream& s = dev.compute_stream();
     const int64_t n = layout_.shard();
@@ -100,7 +94,7 @@ class FlatParam {
     }
   }
 
-  ~FlatParam() {
+  virtual ~FlatParam() {
     Device& dev = job_.device();
     for (Tensor* t : {&full_, &full_grad_})
       if (t->defined() && t->alloc_id != shard_.alloc_id && t->alloc_id != grad_shard_.alloc_id) dev.free(*t);
@@ -110,8 +104,9 @@ class FlatParam {
   const std::string& name() const { return name_; }
   const ShardLayout& layout() const { return layout_; }
   bool sharded() const { return layout_.world > 1; }  // world 1: NO_SHARD, as PyTorch falls back
-  // The ranks the gradient is averaged over: the group, times its replicas.
-  int grad_world() const { return layout_.world * replicas_; }
+  // The ranks whose gradients are averaged: the group's. Virtual for a strategy that also keeps
+  // copies of the group (chapter 07's HSDP).
+  virtual int grad_world() const { return layout_.world; }
   bool unsharded() const { return full_.defined(); }
 
   // All-gather the shards into the whole padded flat buffer, on the unshard stream; the
@@ -173,9 +168,10 @@ class FlatParam {
     accumulate_grad(reduced, post, post);
   }
 
-  // reduce_grad in two halves, for chapter 07 to all-reduce across replicas between them.
-  // The first: predivide and reduce-scatter on `post`; returns this rank's shard of the sum,
-  // allocated on `post` (a group of one has nothing to scatter: the gradient itself).
+  // reduce_grad's two halves, which a later strategy may put more work between (chapter 07's
+  // all-reduce across nodes). The first: predivide and reduce-scatter on `post`; returns this
+  // rank's shard of the sum, allocated on `post` (a group of one has nothing to scatter: its
+  // shard is the whole gradient).
   Tensor reduce_scatter_grad(Stream& compute, Stream& post) {
     HostScope scope(job_.device(), "FlatParam.reduce_scatter (" + name_ + ")");  // names the unit, as unshard's
     // lab: begin 04.reduce-grad "reduce_grad: predivide, reduce-scatter on the post-backward stream, postdivide, accumulate" #the-step uses(compute, post)
@@ -264,7 +260,6 @@ class FlatParam {
   std::string name_;
   std::vector<int> params_;
   Comm& group_;
-  int replicas_;
   ShardLayout layout_;
   Tensor shard_, grad_shard_, m_, v_;  // persistent: this rank's 1/W
   Tensor full_, full_grad_;            // transient: the unsharded parameter and gradient

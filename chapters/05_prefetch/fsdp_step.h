@@ -5,7 +5,6 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,18 +15,17 @@
 namespace ch05 {
 
 // Chapter 04's FlatParams: unit 0 is the root (embeddings, final norm, and so the tied head),
-// unit l the l-th block. Sharded over `group` (chapter 07); over the world unless said.
-inline std::vector<std::unique_ptr<ch04::FlatParam>> wrap_units(Job& job, GPT& model, uint64_t seed,
-                                                                 std::optional<ch04::ShardGroup> group = std::nullopt) {
-  const ch04::ShardGroup g = group.value_or(ch04::ShardGroup{job.world()});
+// unit l the l-th block. `Flat` and `more`: a FlatParam subclass and what its constructor takes
+// after the seed (chapter 07's).
+template <class Flat = ch04::FlatParam, class... More>
+std::vector<std::unique_ptr<ch04::FlatParam>> wrap_units(Job& job, GPT& model, uint64_t seed, More&... more) {
   const int L = static_cast<int>(model.config().layers);
   std::vector<int> root_params = model.params_of_unit(0);
   for (int i : model.params_of_unit(L + 1)) root_params.push_back(i);
   std::vector<std::unique_ptr<ch04::FlatParam>> units;
-  units.push_back(std::make_unique<ch04::FlatParam>(job, model, "root", root_params, seed, g));
+  units.push_back(std::make_unique<Flat>(job, model, "root", root_params, seed, more...));
   for (int l = 1; l <= L; ++l)
-    units.push_back(
-        std::make_unique<ch04::FlatParam>(job, model, "block" + std::to_string(l - 1), model.params_of_unit(l), seed, g));
+    units.push_back(std::make_unique<Flat>(job, model, "block" + std::to_string(l - 1), model.params_of_unit(l), seed, more...));
   return units;
 }
 

@@ -55,6 +55,19 @@ inline Mesh make_mesh(Comm& world, int replicas, int shards) {
   // lab: end
 }
 
+// Chapter 04's FlatParam, sharded over a node's group and replicated on every node: its gradient
+// is averaged over all R x S ranks, so the predivide and postdivide factors are those of R x S.
+class ReplicatedFlatParam : public ch04::FlatParam {
+ public:
+  ReplicatedFlatParam(Job& job, GPT& model, std::string name, std::vector<int> params, uint64_t seed,
+                      Comm& shard_group, int replicas)
+      : FlatParam(job, model, std::move(name), std::move(params), seed, shard_group), replicas_(replicas) {}
+  int grad_world() const override { return layout().world * replicas_; }
+
+ private:
+  int replicas_;
+};
+
 // Chapters 05 and 06's runtime (hooks, prefetching, rate limiter) reducing gradients the HSDP
 // way. Without a replicate group it is FULL_SHARD or SHARD_GRAD_OP over the world, unchanged.
 class HybridRuntime : public ch06::RateLimitedRuntime {

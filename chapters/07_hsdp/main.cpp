@@ -126,7 +126,7 @@ void lesson(Job& job) {
   Stream& all_reduce = hybrid ? dev.create_stream("all_reduce") : post;
   const ch05::FsdpOptions options{full_shard, ch05::BackwardPrefetch::pre, false};  // PyTorch's defaults
   ch07::HybridRuntime fsdp(dev, unshard, post, all_reduce, replicate_group,
-                           ch05::wrap_units(job, model, setup.seed, ch04::ShardGroup{shard_group, replicas}), options,
+                           ch05::wrap_units<ch07::ReplicatedFlatParam>(job, model, setup.seed, shard_group, replicas), options,
                            /*max_inflight=*/2);
 
   // 3. Chapter 05's step, hook by hook, --grad-accum passes of it.

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "02_naive_ddp/data_parallel.h"
 #include "model/attention.h"
 
 namespace ch08 {
@@ -100,6 +101,36 @@ class SequenceLayout {
   AttentionMask mask_;
   int N_, r_;
   int64_t local_;  // tokens this rank holds, S / N
+};
+
+// Chapter 02's share of the batch, cut along the sequence: the rows of the group's data-parallel
+// rank, and of each row only this rank's positions, in the order it holds them. The model learns
+// where each of its tokens sits from `positions`, loaded once.
+class SequenceShare : public ch02::BatchShare {
+ public:
+  SequenceShare(shardlab::Job& job, const shardlab::TrainSetup& setup, ch02::DataShard rows, std::vector<int32_t> positions)
+      : BatchShare(job, setup, /*grad_accum=*/1, rows, static_cast<int64_t>(positions.size())),
+        positions_(std::move(positions)) {
+    shardlab::Device& dev = job.device();
+    positions_tensor_ = dev.empty({T_}, shardlab::DType::i32, dev.compute_stream(), "positions");
+    shardlab::copy_to_device(dev, dev.compute_stream(), positions_tensor_, dev.computes() ? positions_.data() : nullptr);
+  }
+  ~SequenceShare() override { job_.device().free(positions_tensor_); }
+
+ protected:
+  std::vector<int32_t> mine(const std::vector<int32_t>& share, int64_t offset) const override {
+    const auto first = share.begin() + offset;
+    std::vector<int32_t> out;
+    out.reserve(static_cast<size_t>(rows_ * T_));
+    for (int64_t r = 0; r < rows_; ++r)
+      for (const int32_t p : positions_) out.push_back(first[r * setup_.T + p]);
+    return out;
+  }
+  void bind(shardlab::GPT& model, float dloss) override { model.set_batch(tokens_, targets_, dloss, positions_tensor_); }
+
+ private:
+  std::vector<int32_t> positions_;
+  shardlab::Tensor positions_tensor_;
 };
 
 }  // namespace ch08

@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -95,7 +96,10 @@ void lesson(Job& job) {
   for (const auto& p : gpt_params(cfg)) bytes.push_back(p.shape.numel() * 4);
   const auto buckets = ch03::assign_buckets(bytes, static_cast<int64_t>(ch03::kDefaultFirstBucketMiB * (1 << 20)),
                                             static_cast<int64_t>(ch03::kDefaultBucketCapMiB * (1 << 20)));
-  ch02::Replica replica(job, setup, 1, ch03::bucket_layout(buckets), {job.rank() / N, replicas, layout.positions()});
+  ch02::Replica replica(job, setup,
+                        std::make_unique<ch08::SequenceShare>(job, setup, ch02::DataShard{job.rank() / N, replicas},
+                                                              layout.positions()),
+                        ch03::bucket_layout(buckets));
   Stream& comm = dev.create_stream("comm");
   ch03::Reducer reducer(job, replica, buckets, comm);
   GPT& model = replica.model();
