@@ -38,6 +38,11 @@ struct ViewerOptions {
 // ~/ is the home directory.
 std::vector<std::string> split_paths(const std::string& text);
 
+// What the window says of a run that did not end normally: "" for one that did (incomplete_text)
+// or whose every file was read to its end (stopped_text); else why, and how many rank files say so.
+std::string incomplete_text(const TraceModel& model);
+std::string stopped_text(const TraceModel& model);
+
 class Viewer {
  public:
   Viewer() = default;
