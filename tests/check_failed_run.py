@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks what a failed run left behind (the harness's failure path, common/run/job.cpp):
+"""Checks what a failed run left behind (the harness's failure path, common/run/failure.cpp):
 
     python3 tests/check_failed_run.py RUN_DIR --ranks N --failed-rank R --kind error|timeout --steps K
 

@@ -12,7 +12,7 @@
 //     it polls it listens on a control channel (its own copy of MPI_COMM_WORLD) for a notice
 //     that another rank failed, and it watches the clock: past --collective-timeout it gives
 //     up. Either way it throws JobFailure, which unwinds the lesson like any error, so the
-//     harness can write what this rank has (run/job.cpp). A notice gives the operation under
+//     harness can write what this rank has (run/failure.cpp). A notice gives the operation under
 //     way a second to complete first: the failed rank may have done its part before failing.
 //   - The rank that fails announces it on the control channel (announce), so every rank
 //     blocked in a wait learns it within milliseconds.
@@ -115,7 +115,7 @@ class Watchdog {
   // Tells every other rank that this job is failing (once; later calls do nothing).
   void announce(const Failure& f);
 
-  // The control channel, for the harness's failure wrap-up (run/job.cpp): its own tags, its
+  // The control channel, for the harness's failure wrap-up (run/failure.cpp): its own tags, its
   // waits bounded by a deadline and deaf to further notices.
   MPI_Comm control() const { return control_; }
   // Polls until the requests complete or `seconds` pass; true when they completed.

@@ -1,7 +1,7 @@
 // cublas_library.h: the cuBLAS functions the kernels call, opened on first use (dlopen), not
 // linked. Why: libcublasLt's relocation costs every process about 0.1 s of CPU at load, which
-// a sim run, or a rank that never multiplies on a GPU, should not pay (kernels.cu has the
-// figures). cudart and NCCL are cheap to load and stay linked.
+// a sim run, or a rank that never multiplies on a GPU, should not pay (cublas_library.cpp has
+// the figures). cudart and NCCL are cheap to load and stay linked.
 //
 //   CUBLAS_CHECK(cuda::cublas().sgemm(handle, ...));  // as cublasSgemm
 #pragma once
@@ -9,6 +9,8 @@
 #include <cublas_v2.h>
 
 #include <string>
+
+#include "check.h"
 
 namespace shardlab::cuda {
 
@@ -28,3 +30,12 @@ struct CublasLibrary {
 const CublasLibrary& cublas();
 
 }  // namespace shardlab::cuda
+
+// CUDA_CHECK's twin for cuBLAS: throws std::runtime_error naming the call, the place and
+// cuBLAS's own words.
+#define CUBLAS_CHECK(call)                                                                         \
+  do {                                                                                             \
+    const cublasStatus_t status_ = (call);                                                         \
+    if (status_ != CUBLAS_STATUS_SUCCESS)                                                          \
+      shardlab::cuda::fail(#call, __FILE__, __LINE__, shardlab::cuda::cublas().status_string(status_)); \
+  } while (0)
