@@ -109,7 +109,6 @@ class FsdpRuntime {
     for (Unit& x : units_) all.push_back(x.flat.get());
     return all;
   }
-  const FsdpOptions& options() const { return options_; }
 
   void root_pre_forward() {
     HostScope scope(dev_, "FullyShardedDataParallel._root_pre_forward");

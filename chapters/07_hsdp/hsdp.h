@@ -44,6 +44,23 @@ struct Mesh {
   std::unique_ptr<Comm> shard_group, replicate_group;
 };
 
+// R x S from the run (its world size, the profile's GPUs per node) and --replicate and --shard
+// (0: not given); a mesh that does not fit the world throws FlagError, naming the flag. Neither
+// given: S is one node's GPUs, or the largest divisor of the world below that.
+inline std::pair<int, int> mesh_shape(int world_size, int gpus_per_node, int64_t replicate, int64_t shard) {
+  const std::string divisor = "a divisor of the world size " + std::to_string(world_size);
+  if (replicate != 0) require(world_size % replicate == 0, "--replicate", replicate, divisor);
+  int64_t s = shard != 0 ? shard : replicate != 0 ? world_size / replicate : gpus_per_node;
+  if (shard == 0 && replicate == 0)  // one node's GPUs, or the largest divisor of the world below that
+    while (world_size % s != 0) --s;
+  require(world_size % s == 0, "--shard", s, divisor);
+  const int64_t r = replicate != 0 ? replicate : world_size / s;
+  require(r * s == world_size, "--replicate", r,
+          std::to_string(world_size / s) + ": R x S must equal the world size " + std::to_string(world_size) +
+              " (S = " + std::to_string(s) + ")");
+  return {static_cast<int>(r), static_cast<int>(s)};
+}
+
 // Both groups are world.split()s, so every rank must call this, in the same order.
 inline Mesh make_mesh(Comm& world, int replicas, int shards) {
   // lab: begin 07.mesh "the mesh: a shard group per node, a replicate group per local rank" #the-mesh uses(world, replicas, shards)

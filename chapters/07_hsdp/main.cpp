@@ -42,8 +42,6 @@ TrainFlags train;
 std::string sharding = "hybrid";
 int64_t replicate = 0, shard = 0;  // 0: from the profile and the world
 
-std::pair<int, int> mesh_shape(const RunShape& run);
-
 void add_flags(Flags& f) {
   add_train_flags(f, train);
   f.add_int("grad-accum", &train.grad_accum, 1, 1024,
@@ -54,7 +52,7 @@ void add_flags(Flags& f) {
   f.add_int("shard", &shard, 0, 1 << 16,
             "S, ranks per shard group (0: the profile's GPUs per node, or the largest divisor of the world below it)");
   f.add_int("replicate", &replicate, 0, 1 << 16, "R, replicas of the shard group (0: the world / S)");
-  f.add_check([](const RunShape& run) { mesh_shape(run); });
+  f.add_check([](const RunShape& run) { ch07::mesh_shape(run.world_size, run.gpus_per_node, replicate, shard); });
   // FULL_SHARD and SHARD_GRAD_OP shard over every rank: a mesh asked for beside them would be
   // silently ignored.
   f.add_check([&f](const RunShape&) {
@@ -63,21 +61,6 @@ void add_flags(Flags& f) {
     require(!(flat && f.given("shard")), "--shard", shard, allowed);
     require(!(flat && f.given("replicate")), "--replicate", replicate, allowed);
   });
-}
-
-// R x S from the flags and the run; a mesh that does not fit the world throws, naming the flag.
-std::pair<int, int> mesh_shape(const RunShape& run) {
-  const std::string divisor = "a divisor of the world size " + std::to_string(run.world_size);
-  if (replicate != 0) require(run.world_size % replicate == 0, "--replicate", replicate, divisor);
-  int64_t s = shard != 0 ? shard : replicate != 0 ? run.world_size / replicate : run.gpus_per_node;
-  if (shard == 0 && replicate == 0)  // one node's GPUs, or the largest divisor of the world below that
-    while (run.world_size % s != 0) --s;
-  require(run.world_size % s == 0, "--shard", s, divisor);
-  const int64_t r = replicate != 0 ? replicate : run.world_size / s;
-  require(r * s == run.world_size, "--replicate", r,
-          std::to_string(run.world_size / s) + ": R x S must equal the world size " + std::to_string(run.world_size) +
-              " (S = " + std::to_string(s) + ")");
-  return {static_cast<int>(r), static_cast<int>(s)};
 }
 
 bool on_network(const Profile& profile, const Comm& group) {
@@ -96,7 +79,7 @@ void lesson(Job& job) {
 
   // 1. The mesh: my node's shard group, my local rank's replicate group. Without hybrid
   //    sharding the world is the one shard group.
-  const auto [R, S] = mesh_shape({job.world_size(), profile.gpus_per_node});
+  const auto [R, S] = ch07::mesh_shape(job.world_size(), profile.gpus_per_node, replicate, shard);
   std::optional<ch07::Mesh> mesh;
   if (hybrid) mesh = ch07::make_mesh(job.world(), R, S);
   Comm& shard_group = mesh ? *mesh->shard_group : job.world();

@@ -99,7 +99,6 @@ class Watchdog {
   // Before MPI_Finalize.
   void stop();
   bool running() const { return control_ != MPI_COMM_NULL; }
-  double timeout_s() const { return timeout_s_; }
   double elapsed_s() const;
   int rank() const { return rank_; }
   FlightRecorder& flight() { return flight_; }

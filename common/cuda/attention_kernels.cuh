@@ -1,7 +1,7 @@
 // attention_kernels.cuh: attention forward and backward as FlashAttention-2 computes them, in fp32.
 //
-// Build: included by kernels.cu (which launches them) and by tests/test_attention_kernels.cpp,
-// which runs these same kernels on the CPU under a small CUDA emulator (tests/cuda_emulator.h),
+// Build: included by kernels.cu (which launches them) and by tests/unit/test_attention_kernels.cpp,
+// which runs these same kernels on the CPU under a small CUDA emulator (tests/unit/cuda_emulator.h),
 // so their indexing, masking and online softmax are checked on machines without a GPU. The file
 // therefore uses nothing but threadIdx, blockIdx, __syncthreads, __shfl_xor_sync, atomicAdd and
 // the float math functions, and takes its dynamic shared memory from dynamic_shared_floats(), which

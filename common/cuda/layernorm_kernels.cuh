@@ -1,8 +1,8 @@
 // layernorm_kernels.cuh: layernorm's backward in one kernel, its parameters' gradients summed
 // in shared memory as it goes.
 //
-// Build: included by kernels.cu (which launches it) and by tests/test_layernorm_kernels.cpp,
-// which runs the same kernel on the CPU under tests/cuda_emulator.h, so its logic is checked on
+// Build: included by kernels.cu (which launches it) and by tests/unit/test_layernorm_kernels.cpp,
+// which runs the same kernel on the CPU under tests/unit/cuda_emulator.h, so its logic is checked on
 // machines without a GPU. The file uses nothing but threadIdx, blockIdx, blockDim,
 // __syncthreads, __shfl_xor_sync and atomicAdd, and takes its dynamic shared memory from
 // dynamic_shared_floats(), which the includer defines.

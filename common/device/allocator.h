@@ -126,9 +126,8 @@ class CachingAllocator {
   size_t reserved() const { return reserved_; }
   size_t peak_allocated() const { return peak_allocated_; }
   size_t peak_reserved() const { return peak_reserved_; }
-  // Active: allocated plus the freed blocks still held for another stream's work (pending), as
-  // torch.cuda.memory_stats()'s active_bytes counts them.
-  size_t active() const { return allocated_ + pending_; }
+  // The peak of active bytes: allocated plus the freed blocks still held for another stream's
+  // work (pending), as torch.cuda.memory_stats()'s active_bytes counts them.
   size_t peak_active() const { return peak_active_; }
   size_t capacity() const { return capacity_; }
   void reset_peaks();

@@ -65,7 +65,6 @@ class Device {
 
   virtual std::string_view kind() const = 0;  // "sim" or "cuda"
   bool simulated() const { return kind() == "sim"; }
-  ComputeMode compute_mode() const { return compute_; }
   bool computes() const { return compute_ == ComputeMode::real; }
   const Profile& profile() const { return profile_; }
   TraceRecorder& trace() { return trace_; }

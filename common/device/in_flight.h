@@ -9,7 +9,7 @@
 // std::string moved onto itself is left empty. std::erase_if moves an element only into a gap
 // a written slice left, never onto itself.
 //
-// Nothing here needs CUDA, so the logic is tested on every machine (tests/test_trace.cpp).
+// Nothing here needs CUDA, so the logic is tested on every machine (tests/unit/test_trace.cpp).
 #pragma once
 
 #include <algorithm>

@@ -28,7 +28,6 @@ class MarkovChain {
   // std::invalid_argument when `stationary` does not have `vocab` entries.
   MarkovChain(int vocab, int fanout, uint64_t seed, std::vector<double> stationary);
   int vocab() const { return vocab_; }
-  int fanout() const { return fanout_; }
   double entropy_rate() const { return entropy_rate_; }        // nats per token
   const std::vector<double>& stationary() const { return pi_; }
   double probability(int from, int to) const;

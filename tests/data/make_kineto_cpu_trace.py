@@ -4,7 +4,7 @@ training steps of a small MLP on the CPU (PyTorch 2.15.0, CPU activities only: n
     python3 -m venv /tmp/tv && /tmp/tv/bin/pip install torch   # (PyPI; a CPU run needs no GPU)
     /tmp/tv/bin/python tests/data/make_kineto_cpu_trace.py
 
-The viewer test tests/viewer_test_kineto.cpp reads the result; times differ from run to run.
+The viewer test tests/viewer/viewer_test_kineto.cpp reads the result; times differ from run to run.
 """
 import gzip
 import os

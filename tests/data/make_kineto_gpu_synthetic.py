@@ -17,7 +17,7 @@ categories, args and file names follow traces PyTorch 2.x writes with CUDA and N
 
     python3 tests/data/make_kineto_gpu_synthetic.py
 
-Read by tests/viewer_test_kineto.cpp and tests/check_viewer_input.py. Deterministic.
+Read by tests/viewer/viewer_test_kineto.cpp and tests/viewer/check_viewer_input.py. Deterministic.
 """
 import json
 import os

@@ -7,7 +7,7 @@ gloo backend (no GPU here), one file per rank under the profiler's default name
     /tmp/tv/bin/python tests/data/make_torch_gloo_traces.py
 
 Each rank runs 5 steps: 1 skipped, 1 warm-up, 3 recorded (ProfilerStep#2 to #4), with shapes
-and memory. The viewer tests (tests/viewer_test_torch.cpp, tests/check_viewer_input.py) read the
+and memory. The viewer tests (tests/viewer_test_torch.cpp, tests/viewer/check_viewer_input.py) read the
 files; they need no torch. Times, pids and hostnames differ from run to run.
 """
 import os

@@ -12,7 +12,7 @@
 #             --comm mpi sharing the GPU, each chapter's own checks and the trace schema
 #   steps     every training chapter (02-08) at world 1 on gpt2-small: measured step time
 #             beside the sim's
-#   torch     the same gpt2-small step in PyTorch eager fp32 (tests/torch_gpt2_step.py), and a
+#   torch     the same gpt2-small step in PyTorch eager fp32 (tests/tools/torch_gpt2_step.py), and a
 #             Kineto trace of one such step (a current PyTorch's GPU trace, for the viewer)
 #   bench     cuBLAS at gpt2-small shapes against the measured peak; every op of a gpt2-small
 #             step against the sim's prediction for h100-8; a profile measured from this GPU
@@ -187,7 +187,7 @@ EOF
 }
 
 torch() {
-  python3 tests/torch_gpt2_step.py --batch 8 --seq-len 1024 --trace "$work/runs/torch_gpt2_step.pt.trace.json.gz"
+  python3 tests/tools/torch_gpt2_step.py --batch 8 --seq-len 1024 --trace "$work/runs/torch_gpt2_step.pt.trace.json.gz"
 }
 export -f kernels chapters sanitize bench steps torch
 export out work

@@ -199,7 +199,7 @@ bool write_outputs(const Viewer& v, const Options& o, double ui_ms) {
   if (!o.screenshot.empty()) {
     if (v.write_png(o.screenshot)) {
       // The UI's own cost per frame (layout and draw lists; not the GL rendering, which under
-      // Xvfb is Mesa's software rasterizer: tests/bench_viewer_frame.cpp times both).
+      // Xvfb is Mesa's software rasterizer: tests/benchmarks/bench_viewer_frame.cpp times both).
       std::printf("shardlab-view: wrote %s; UI frame %.2f ms\n", o.screenshot.c_str(), ui_ms);
     } else {
       std::fprintf(stderr, "shardlab-view: cannot write %s\n", o.screenshot.c_str());

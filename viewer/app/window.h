@@ -1,7 +1,7 @@
 // window.h: the viewer's window: GLFW + Dear ImGui + OpenGL3, the open bar (a path field, Open
 // and Compare), drag and drop, background loading with progress and errors shown in the window,
 // and the timeline with its panels. main.cpp drives it interactively (or headless: screenshot,
-// input replay), tests/bench_viewer_frame.cpp times its frames.
+// input replay), tests/benchmarks/bench_viewer_frame.cpp times its frames.
 //
 // A frame is split in parts so a replay or a benchmark can step in between:
 //   poll_events()  GLFW delivers input to its callbacks (ImGui's backend, the drop callback)
@@ -72,7 +72,6 @@ class Viewer {
   bool loading() const { return loader_.busy(); }
   const std::string& error() const { return error_; }
   void set_error(std::string e) { error_ = std::move(e); }
-  const char* path_field() const { return path_; }
   // Shows these paths in the path field (quoted where they hold spaces, as split_paths reads them).
   void set_path_field(const std::vector<std::string>& paths);
 

@@ -1,5 +1,5 @@
 // window_state.cpp: Viewer::state(), what the window shows as JSON. The tests and the
-// screenshot tools read it (tests/check_viewer_input.py, viewer/app/replay.cpp) instead of pixels:
+// screenshot tools read it (tests/viewer/check_viewer_input.py, viewer/app/replay.cpp) instead of pixels:
 // the view, the selection, the panels' rows, and where each thing is on screen.
 #include "window.h"
 
