@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Checks what grade tells a student of a failed test: Catch2's failed assertion with its values
+and the case, never the colour codes Catch2 writes when Open MPI hands it a terminal; the race
+check's error, not a line that merely contains "trace".
+
+    python3 tests/labs/check_grade_messages.py --mpirun "MPIRUN" --bin SHARDLAB_MPI_TESTS
+
+It runs the MPI test binary's deliberately failing case ("[fails-on-rank-1]", rank 1's CHECK
+fails) under mpirun, as ctest runs a grading test, and hands its output to grade's
+failure_message, also spelt as ctest's JUnit file spells the escape character.
+"""
+import argparse
+import importlib.machinery
+import importlib.util
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+LABS = Path(__file__).resolve().parent
+
+
+def load_grade():
+    loader = importlib.machinery.SourceFileLoader("grade", str(LABS / "grade"))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("grade", loader))
+    loader.exec_module(module)
+    return module
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mpirun", required=True)
+    parser.add_argument("--bin", required=True)
+    args = parser.parse_args()
+    grade = load_grade()
+    run = subprocess.run([*shlex.split(args.mpirun), "-np", "3", args.bin, "[fails-on-rank-1]"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    problems = []
+    if "FAILED:" not in run.stdout:
+        problems.append(f"the failing case printed no Catch2 failure:\n{run.stdout[-2000:]}")
+    junit = run.stdout.replace("\x1b", "[NON-XML-CHAR-0x1B]")
+    for name, output in (("the output", run.stdout), ("the JUnit file's text", junit)):
+        message = grade.failure_message(output)
+        print(f"{name}: {message}")
+        for want in ("mpi harness: a test case that fails on one rank ends the job", "mpi_test_collectives.cpp:",
+                     "CHECK( world_rank() != 1 )", "with expansion: 1 != 1"):
+            if want not in message:
+                problems.append(f"{name}: the message lacks '{want}'")
+        if "\x1b" in message or "NON-XML-CHAR" in message or "[0m" in message:
+            problems.append(f"{name}: the message keeps colour codes")
+    # A failed run whose lines mention traces: the line that says what went wrong is the race
+    # check's, not a metrics row that happens to contain "trace".
+    race = ("step_ms  12.000  traces written\n"
+            "07_hsdp: error: the race check found 48 race(s) (listed above): a missing wait or a use after free\n")
+    message = grade.failure_message(race)
+    print(f"a race: {message}")
+    if not message.startswith("07_hsdp: error: the race check found 48 race(s)"):
+        problems.append(f"a race: the message is not the race check's error: {message}")
+    for p in problems:
+        print("check_grade_messages:", p)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
