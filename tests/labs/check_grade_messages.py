@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks what grade tells a student of a failed test: Catch2's failed assertion with its values
 and the case, never the colour codes Catch2 writes when Open MPI hands it a terminal; the race
-check's error, not a line that merely contains "trace".
+check's error, not a line that merely contains "trace". And its points: each exercise its
+points times the share of its tests that pass, a target its points when met, one gradebook line.
 
     python3 tests/labs/check_grade_messages.py --mpirun "MPIRUN" --bin SHARDLAB_MPI_TESTS
 
@@ -56,6 +57,16 @@ def main():
     print(f"a race: {message}")
     if not message.startswith("07_hsdp: error: the race check found 48 race(s)"):
         problems.append(f"a race: the message is not the race check's error: {message}")
+    # Points: 2 for an exercise with 3 of its 4 tests passing, 1 for a target met, 1 not met.
+    report = {"exercises": {"04.unshard": {"passed": 3, "total": 4, "max_points": 2,
+                                           "points": round(2 * 3 / 4, 2)}},
+              "performance": [{"id": "04.fast", "points": 1, "max_points": 1},
+                              {"id": "04.small", "points": 0, "max_points": 1}]}
+    line = grade.gradebook_line("alice", {"04": report})
+    print(f"gradebook: {line}")
+    if grade.points(report) != (2.5, 4) or line != "alice,04.unshard=1.5,04.fast=1,04.small=0,total=2.5/4":
+        problems.append(f"points {grade.points(report)}, gradebook line '{line}': expected (2.5, 4) and "
+                        "'alice,04.unshard=1.5,04.fast=1,04.small=0,total=2.5/4'")
     for p in problems:
         print("check_grade_messages:", p)
     return 1 if problems else 0
