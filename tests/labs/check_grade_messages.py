@@ -2,7 +2,7 @@
 """Checks what grade tells a student of a failed test: Catch2's failed assertion with its values
 and the case, never the colour codes Catch2 writes when Open MPI hands it a terminal; the race
 check's error, not a line that merely contains "trace". And its points: each exercise its
-points times the share of its tests that pass, a target its points when met, one gradebook line.
+points times the share of its tests that pass, a target its points when met, one gradebook line. And a bug hunt's report, which names no exercise.
 
     python3 tests/labs/check_grade_messages.py --mpirun "MPIRUN" --bin SHARDLAB_MPI_TESTS
 
@@ -11,8 +11,10 @@ fails) under mpirun, as ctest runs a grading test, and hands its output to grade
 failure_message, also spelt as ctest's JUnit file spells the escape character.
 """
 import argparse
+import contextlib
 import importlib.machinery
 import importlib.util
+import io
 import shlex
 import subprocess
 import sys
@@ -67,6 +69,19 @@ def main():
     if grade.points(report) != (2.5, 4) or line != "alice,04.unshard=1.5,04.fast=1,04.small=0,total=2.5/4":
         problems.append(f"points {grade.points(report)}, gradebook line '{line}': expected (2.5, 4) and "
                         "'alice,04.unshard=1.5,04.fast=1,04.small=0,total=2.5/4'")
+    # A bug hunt's report lists the chapter's failures without the exercise whose tests they are
+    # (the bug is not in "07.mesh" because a mesh test fails).
+    failure = {"test": "ch07: mesh 2x2", "message": "07_hsdp: error: the race check found 48 race(s)", "exercises": []}
+    hunt = {"exercises": {"07.mesh": {"label": "07.mesh the mesh", "tests": ["ch07: mesh 2x2", "ch07: runs"],
+                                      "failures": [failure]}},
+            "other": {"label": "other tests", "tests": [], "failures": []}, "performance": []}
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        grade.print_hunt_report("07", hunt, "07.hunt")
+    print(printed.getvalue(), end="")
+    if "07.mesh" in printed.getvalue() or "FAILED ch07: mesh 2x2: 07_hsdp: error: the race check" not in printed.getvalue() \
+            or "1/2 grading tests pass" not in printed.getvalue():
+        problems.append("a bug hunt's report names an exercise, or misses its failure or its count")
     for p in problems:
         print("check_grade_messages:", p)
     return 1 if problems else 0

@@ -38,7 +38,7 @@ set_tests_properties("labs: student trees build with -Werror and fail exactly th
 # What grade tells a student of a failed test: Catch2's assertion with its values and the case,
 # without colour codes; the race check's error rather than a line that mentions traces. And the
 # points it gives, and its gradebook line.
-add_test(NAME "labs: grade shows a failed assertion with its values and case, without colour codes, and counts points"
+add_test(NAME "labs: grade shows a failed assertion with its values and case without colour codes, counts points, names no exercise in a bug hunt"
          COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/labs/check_grade_messages.py --mpirun "${MPIRUN_SH}"
                  --bin $<TARGET_FILE:shardlab_mpi_tests>)
-set_tests_properties("labs: grade shows a failed assertion with its values and case, without colour codes, and counts points" PROPERTIES TIMEOUT 60 PROCESSORS 3)
+set_tests_properties("labs: grade shows a failed assertion with its values and case without colour codes, counts points, names no exercise in a bug hunt" PROPERTIES TIMEOUT 60 PROCESSORS 3)
