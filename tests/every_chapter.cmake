@@ -134,3 +134,12 @@ function(shardlab_reference_trace_test name target run ranks)
            COMMAND sh -c "rm -rf '${dir}' && mkdir -p '${dir}' && cd '${dir}' && ${MPIRUN_SH} -np ${ranks} $<TARGET_FILE:${target}> ${args} --trace-dir traces --run-name ${run} > /dev/null && for f in traces/${run}/*; do cmp $f '${PROJECT_SOURCE_DIR}/'$f || { echo \"$f differs: regenerate it (traces/README.md)\"; exit 1; }; done")
   set_tests_properties("${name}: the reference trace in traces/${run} is what the code writes" PROPERTIES TIMEOUT 300 PROCESSORS ${ranks})
 endfunction()
+
+# A chapter's Catch2 cases in the MPI test binary (chNN/mpi_test_*.cpp, tagged [tag]): one ctest
+# entry a world size, "<name>, world N". Two processors each: the ranks oversubscribe the cores.
+function(shardlab_mpi_test name tag)
+  foreach(np ${ARGN})
+    add_test(NAME "${name}, world ${np}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_mpi_tests> "[${tag}]" --warn NoTests)
+    set_tests_properties("${name}, world ${np}" PROPERTIES TIMEOUT 240 PROCESSORS 2)
+  endforeach()
+endfunction()

@@ -84,14 +84,6 @@ shardlab_readme_test(ch08 shardlab_ch08 08_context_parallel)
 shardlab_flag_fuzz_test(08)
 # Ring attention (mpi_test_ring_attention.cpp) against exact attention: rings of 1 to 5 ranks
 # (3 and 5 prime).
-foreach(np 1 2 3 4 5)
-  add_test(NAME "ch08: ring attention against exact attention (MPI test), world ${np}"
-           COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_mpi_tests> "[ring-attention]" --warn NoTests)
-  set_tests_properties("ch08: ring attention against exact attention (MPI test), world ${np}" PROPERTIES TIMEOUT 240 PROCESSORS 2)
-endforeach()
+shardlab_mpi_test("ch08: ring attention against exact attention (MPI test)" ring-attention 1 2 3 4 5)
 # Which tokens each rank of a group binds to the model (mpi_test_sequence_share.cpp): worlds 1 to 4.
-foreach(np 1 2 3 4)
-  add_test(NAME "ch08: SequenceShare binds each rank's positions (MPI test), world ${np}"
-           COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_mpi_tests> "[sequence-share]" --warn NoTests)
-  set_tests_properties("ch08: SequenceShare binds each rank's positions (MPI test), world ${np}" PROPERTIES TIMEOUT 240 PROCESSORS ${np})
-endforeach()
+shardlab_mpi_test("ch08: SequenceShare binds each rank's positions (MPI test)" sequence-share 1 2 3 4)
