@@ -14,7 +14,8 @@
 // A run killed before it writes this file must not lose what it did: while the run goes on, the
 // file grows by each step's events (begin_stream, flush_stream), the same layout cut after the
 // last event appended, its otherData marked incomplete. A reader takes a file cut at any byte up
-// to its last whole event (the viewer; tests/tools/validate_trace.py). write() then replaces it whole.
+// to its last whole event (the viewer; tests/tools/validate_trace.py). write() then replaces it
+// whole.
 // Lanes: the host thread is pid = host_pid(rank), tid = 1 (cats cpu_op, user_annotation,
 // cuda_runtime); the device is pid = the local device index, tid = stream id (cats kernel,
 // gpu_memcpy, gpu_memset). Launches and their kernels are linked by ac2g flows ("s" at the
