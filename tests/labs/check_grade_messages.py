@@ -12,22 +12,12 @@ failure_message, also spelt as ctest's JUnit file spells the escape character.
 """
 import argparse
 import contextlib
-import importlib.machinery
-import importlib.util
 import io
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
-LABS = Path(__file__).resolve().parent
-
-
-def load_grade():
-    loader = importlib.machinery.SourceFileLoader("grade", str(LABS / "grade"))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("grade", loader))
-    loader.exec_module(module)
-    return module
+from check_labs import grade  # tests/labs/grade, as the labs check loads it
 
 
 def main():
@@ -35,7 +25,6 @@ def main():
     parser.add_argument("--mpirun", required=True)
     parser.add_argument("--bin", required=True)
     args = parser.parse_args()
-    grade = load_grade()
     run = subprocess.run([*shlex.split(args.mpirun), "-np", "3", args.bin, "[fails-on-rank-1]"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     problems = []
