@@ -135,11 +135,12 @@ function(shardlab_reference_trace_test name target run ranks)
   set_tests_properties("${name}: the reference trace in traces/${run} is what the code writes" PROPERTIES TIMEOUT 300 PROCESSORS ${ranks})
 endfunction()
 
-# A chapter's Catch2 cases in the MPI test binary (chNN/mpi_test_*.cpp, tagged [tag]): one ctest
-# entry a world size, "<name>, world N". Two processors each: the ranks oversubscribe the cores.
-function(shardlab_mpi_test name tag)
+# A chapter's Catch2 cases in its MPI test binary (chNN/mpi_test_*.cpp, shardlab_chNN_mpi_tests,
+# tagged [tag]): one ctest entry a world size, "<name>, world N". Two processors each: the ranks
+# oversubscribe the cores.
+function(shardlab_mpi_test binary name tag)
   foreach(np ${ARGN})
-    add_test(NAME "${name}, world ${np}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_mpi_tests> "[${tag}]" --warn NoTests)
+    add_test(NAME "${name}, world ${np}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:${binary}> "[${tag}]" --warn NoTests)
     set_tests_properties("${name}, world ${np}" PROPERTIES TIMEOUT 240 PROCESSORS 2)
   endforeach()
 endfunction()

@@ -174,7 +174,7 @@ class FlatParam {
   // shard is the whole gradient).
   Tensor reduce_scatter_grad(Stream& compute, Stream& post) {
     HostScope scope(job_.device(), "FlatParam.reduce_scatter (" + name_ + ")");  // names the unit, as unshard's
-    // lab: begin 04.reduce-grad "reduce_grad: predivide, reduce-scatter on the post-backward stream, postdivide, accumulate" #the-step uses(compute, post)
+    // lab: begin 04.reduce-grad "the gradient: predivide, reduce-scatter on the post-backward stream, postdivide, accumulate" #the-step uses(compute, post)
     Device& dev = job_.device();
     release_grad_views();
     dev.wait(post, dev.record(compute));  // the gradients exist before they travel
@@ -187,7 +187,7 @@ class FlatParam {
   }
   // The second, on stream `s`: postdivide, accumulate into this rank's gradient shard, free.
   void accumulate_grad(Tensor reduced, Stream& s, Stream& post) {
-    // lab: begin 04.reduce-grad "reduce_grad: predivide, reduce-scatter on the post-backward stream, postdivide, accumulate" #the-step uses(reduced, s, post)
+    // lab: begin 04.reduce-grad "the gradient: predivide, reduce-scatter on the post-backward stream, postdivide, accumulate" #the-step uses(reduced, s, post)
     Device& dev = job_.device();
     const bool is_gradient = reduced.alloc_id == full_grad_.alloc_id;  // a group of one scattered nothing
     ops::scale_(dev, s, reduced, static_cast<float>(1.0 / gradient_factors(grad_world()).post));

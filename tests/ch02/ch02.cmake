@@ -21,4 +21,4 @@ set_tests_properties("ch02: --grad-accum 3 on 4 ranks equals one big batch on on
 shardlab_contradicting_flags_test(02 "--collective-timeout 1e-9" "--collective-timeout: got '1e-09'; allowed: 0 \\(wait forever\\) or 0.1 to 86400 seconds")
 # Which rows each rank binds to the model, micro-batch by micro-batch (mpi_test_batch_share.cpp,
 # with chapter 08's share along the sequence): worlds 1 to 4.
-shardlab_mpi_test("ch02: BatchShare binds each rank's rows (MPI test)" batch-share 1 2 3 4)
+shardlab_mpi_test(shardlab_ch02_mpi_tests "ch02: BatchShare binds each rank's rows (MPI test)" batch-share 1 2 3 4)

@@ -30,7 +30,7 @@ TEST_CASE("ch03: buckets: the first bucket has its own, smaller cap", "[buckets]
   CHECK(b[2] == std::vector<int>{3, 2, 1, 0});
 }
 
-TEST_CASE("ch03: buckets: every parameter exactly once, one huge tensor is a bucket of its own", "[buckets]") {
+TEST_CASE("ch03: buckets: every parameter exactly once, a bucket closes with the tensor that fills it however large", "[buckets]") {
   const std::vector<int64_t> bytes = {100 * MiB, 4, 4, 30 * MiB, 4};
   const auto b = assign_buckets(bytes, MiB, 25 * MiB);
   CHECK(b == std::vector<std::vector<int>>{{4, 3}, {2, 1, 0}});

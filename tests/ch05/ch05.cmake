@@ -36,4 +36,4 @@ shardlab_reference_trace_test("ch05 (none)" shardlab_ch05 05_prefetch_none 2 --m
 shardlab_contradicting_flags_test(05 "--sweep --backward-prefetch post" "--backward-prefetch: got 'post'; allowed: not with --sweep")
 # The runtime's hooks one by one (mpi_test_fsdp_runtime.cpp): which unit each hook gathers under
 # every prefetch mode, and SHARD_GRAD_OP keeping parameters from forward to backward.
-shardlab_mpi_test("ch05: FsdpRuntime's hooks (MPI test)" fsdp-hooks 1 2 3 4)
+shardlab_mpi_test(shardlab_ch05_mpi_tests "ch05: FsdpRuntime's hooks (MPI test)" fsdp-hooks 1 2 3 4)

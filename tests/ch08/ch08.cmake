@@ -84,6 +84,6 @@ shardlab_readme_test(ch08 shardlab_ch08 08_context_parallel)
 shardlab_flag_fuzz_test(08)
 # Ring attention (mpi_test_ring_attention.cpp) against exact attention: rings of 1 to 5 ranks
 # (3 and 5 prime).
-shardlab_mpi_test("ch08: ring attention against exact attention (MPI test)" ring-attention 1 2 3 4 5)
+shardlab_mpi_test(shardlab_ch08_mpi_tests "ch08: ring attention against exact attention (MPI test)" ring-attention 1 2 3 4 5)
 # Which tokens each rank of a group binds to the model (mpi_test_sequence_share.cpp): worlds 1 to 4.
-shardlab_mpi_test("ch08: SequenceShare binds each rank's positions (MPI test)" sequence-share 1 2 3 4)
+shardlab_mpi_test(shardlab_ch08_mpi_tests "ch08: SequenceShare binds each rank's positions (MPI test)" sequence-share 1 2 3 4)

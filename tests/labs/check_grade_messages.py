@@ -59,18 +59,22 @@ def main():
         problems.append(f"points {grade.points(report)}, gradebook line '{line}': expected (2.5, 4) and "
                         "'alice,04.unshard=1.5,04.fast=1,04.small=0,total=2.5/4'")
     # A bug hunt's report lists the chapter's failures without the exercise whose tests they are
-    # (the bug is not in "07.mesh" because a mesh test fails).
+    # (the bug is not in "07.mesh" because a mesh test fails), and the chapter's targets: a fix
+    # that passes the tests can still miss one.
     failure = {"test": "ch07: mesh 2x2", "message": "07_hsdp: error: the race check found 48 race(s)", "exercises": []}
     hunt = {"exercises": {"07.mesh": {"label": "07.mesh the mesh", "tests": ["ch07: mesh 2x2", "ch07: runs"],
                                       "failures": [failure]}},
-            "other": {"label": "other tests", "tests": [], "failures": []}, "performance": []}
+            "other": {"label": "other tests", "tests": [], "failures": []},
+            "performance": [{"label": "07.exposed-comm exposed communication", "passed": False,
+                             "message": "exposed_comm_ms 13.57 ms (target: under 10 ms)"}]}
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         grade.print_hunt_report("07", hunt, "07.hunt")
     print(printed.getvalue(), end="")
     if "07.mesh" in printed.getvalue() or "FAILED ch07: mesh 2x2: 07_hsdp: error: the race check" not in printed.getvalue() \
-            or "1/2 grading tests pass" not in printed.getvalue():
-        problems.append("a bug hunt's report names an exercise, or misses its failure or its count")
+            or "1/2 grading tests pass, 0/1 performance targets met" not in printed.getvalue() \
+            or "NOT met 07.exposed-comm exposed communication: exposed_comm_ms 13.57 ms" not in printed.getvalue():
+        problems.append("a bug hunt's report names an exercise, or misses its failure, its target or its counts")
     for p in problems:
         print("check_grade_messages:", p)
     return 1 if problems else 0

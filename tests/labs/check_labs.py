@@ -20,7 +20,13 @@ files that change, so each round recompiles only the chapter files it touches):
   reached no stub in the first round, so they reach none now): the stubbed exercises' tests
   fail with a stub's message, the k-th's naming it, and the tests of exercises done since pass.
 - Then each bug hunt, on the solution with its patch: its test fails with no stub message, and
-  its tool reports the bug.
+  its tool reports the bug (the run exits non-zero and prints what `reports` matches; for a bug
+  that only the traces show, the run's `check` command on its trace directory does).
+- Then a course's hand-in: make-lab writes a chapter 01 tree and its instructor's kit; the tree
+  holds none of the instructor's files; a student who finished the ring but "fixed" the tests and
+  the points in their tree submits (tests/labs/submit), and so does one who did nothing; the
+  kit's grade --submission (its grading copy and build kept in WORK_DIR/grading) gives the first
+  full marks out of the kit's points and the second none.
 
 Prints what it checked and exits 1 naming every problem.
 """
@@ -71,7 +77,7 @@ class Checker:
 
     def write_tree(self, make_lab_args, targets):
         started = time.monotonic()
-        made = run([LABS / "make-lab", self.tree, *make_lab_args])
+        made = run([LABS / "make-lab", self.tree, "--no-kit", *make_lab_args])
         if made.returncode != 0:
             raise SystemExit(f"check_labs: make-lab {' '.join(make_lab_args)} failed:\n{made.stdout}")
         if not (self.build / "CMakeCache.txt").is_file():
@@ -79,11 +85,12 @@ class Checker:
                              "-DSHARDLAB_VIEWER=OFF", "-DSHARDLAB_WERROR=ON"])
             if configure.returncode != 0:
                 raise SystemExit(f"check_labs: configuring the student tree failed:\n{configure.stdout[-3000:]}")
-        built = run(["cmake", "--build", self.build, "-j", self.jobs, "--target", *sorted(targets)])
-        print(f"  built {', '.join(sorted(targets))} with -Werror in {time.monotonic() - started:.0f} s")
-        if built.returncode != 0:
-            self.problem(f"the tree of make-lab {' '.join(make_lab_args)} does not build:\n{built.stdout[-4000:]}")
+        try:  # grade's build: a work directory configured before the tree gained a target regenerates
+            grade.build_targets(self.build, sorted(targets))
+        except grade.BuildFailed as failed:
+            self.problem(f"the tree of make-lab {' '.join(make_lab_args)} does not build: {failed}")
             return False
+        print(f"  built with -Werror in {time.monotonic() - started:.0f} s")
         return True
 
     def grade(self, stubbed, first_round):
@@ -148,10 +155,64 @@ class Checker:
         except subprocess.TimeoutExpired:
             self.problem(f"bug {name}: {bug['tool']} hangs (no end in 120 s)")
             return
+        if "check" in bug:  # a bug the run's traces show, not the run itself: the check reads them
+            run_dir = self.build / "lab-runs" / name
+            tool = run([part.replace("{run}", str(run_dir)) for part in bug["check"]], cwd=self.tree)
         reported = re.search(bug["reports"], tool.stdout)
         print(f"  {bug['tool']}: exit {tool.returncode}, " + (f"reports: {reported[0]}" if reported else "reports nothing expected"))
         if tool.returncode == 0 or not reported:
             self.problem(f"bug {name}: {bug['tool']} does not report it (exit {tool.returncode}):\n{tool.stdout[-2000:]}")
+
+
+    def check_submissions(self, work):
+        print("hand-in: a chapter 01 lab, its kit, two submissions")
+        lab, kit = work / "handin" / "student", work / "handin" / "kit"
+        subprocess.run(["rm", "-rf", str(work / "handin")], check=True)
+        made = run([LABS / "make-lab", lab, "--chapters", "01", "--kit", kit])
+        if made.returncode != 0:
+            return self.problem(f"make-lab --kit failed:\n{made.stdout}")
+        for path in ("tests/labs/README.md", "tests/labs/labs.json", "tests/labs/grade", "tests/labs/submit"):
+            if not (lab / path).is_file():
+                self.problem(f"the student tree lacks {path}")
+        for path in ("tests/labs/check_labs.py", "tests/labs/make-lab", "tests/labs/bugs"):
+            if (lab / path).exists():
+                self.problem(f"the student tree holds the instructor's {path}")
+        if "bugs" in json.loads((lab / "tests/labs/labs.json").read_text()):
+            self.problem("the student tree's labs.json holds the bug hunts")
+        guide = (lab / "tests/labs/README.md").read_text()
+        for exercise in MANIFEST["chapters"]["01"]["exercises"]:
+            if MANIFEST["chapters"]["01"]["statements"][exercise]["contract"] not in guide:
+                self.problem(f"the student's guide does not state {exercise}'s contract")
+        if not (kit / ".kit.json").is_file() or not (kit / "tests/labs/bugs").is_dir():
+            self.problem("the kit lacks its .kit.json or the bug patches")
+        # The first student: the ring written (the solution's file), a test that checks nothing and
+        # points of their own in their tree. The second submits the tree as make-lab wrote it.
+        ring = "chapters/01_ring_allreduce/ring_allreduce.h"
+        untouched = run([lab / "tests/labs/submit", "--name", "Bob Untouched", "--out", work / "handin" / "bob.tar.gz"], cwd=lab)
+        (lab / ring).write_bytes((LABS.parents[1] / ring).read_bytes())
+        (lab / "tests/ch01/mpi_test_ring.cpp").write_text('#include <catch2/catch.hpp>\nTEST_CASE("ring: ok", "[ring]") {}\n')
+        labs_json = json.loads((lab / "tests/labs/labs.json").read_text())
+        labs_json["chapters"]["01"]["points"] = {e: 100 for e in labs_json["chapters"]["01"]["points"]}
+        (lab / "tests/labs/labs.json").write_text(json.dumps(labs_json))
+        finished = run([lab / "tests/labs/submit", "--name", "Ada Finished", "--out", work / "handin" / "ada.tar.gz"], cwd=lab)
+        for submitted in (untouched, finished):
+            print("  " + submitted.stdout.strip())
+            if submitted.returncode != 0:
+                return self.problem(f"submit failed:\n{submitted.stdout}")
+        started = time.monotonic()
+        graded = run([kit / "tests/labs/grade", "--submission", work / "handin" / "ada.tar.gz", work / "handin" / "bob.tar.gz",
+                      "--work", work / "grading", "--jobs", self.jobs])
+        lines = graded.stdout.splitlines()
+        book = lines[lines.index("grade: gradebook, one line per submission:") + 1:] if graded.returncode == 0 and \
+            "grade: gradebook, one line per submission:" in lines else []
+        print(f"  graded both in {time.monotonic() - started:.0f} s (the grading copy's first build included):")
+        print("  " + "\n  ".join(book))
+        worth = sum(MANIFEST["chapters"]["01"]["points"].values())
+        points = {e: p for e, p in MANIFEST["chapters"]["01"]["points"].items()}
+        want = [",".join(["Ada Finished"] + [f"{e}={p:g}" for e, p in points.items()] + [f"total={worth:g}/{worth:g}"]),
+                ",".join(["Bob Untouched"] + [f"{e}=0" for e in points] + [f"total=0/{worth:g}"])]
+        if book != want:
+            self.problem(f"grade --submission's gradebook is {book}, not {want}:\n{graded.stdout[-3000:]}")
 
 
 def schedule(chapters):
@@ -185,6 +246,7 @@ def main():
         checker.check_round(tree, checked, first, build_all=number == 0)
     for name, bug in MANIFEST["bugs"].items():
         checker.check_bug(name, bug)
+    checker.check_submissions(args.work.resolve())
     print(f"check_labs: {len(checker.problems)} problem(s)" if checker.problems else "check_labs: every lab checks out")
     return 1 if checker.problems else 0
 

@@ -15,7 +15,8 @@ string(JSON _chapters GET "${_labs}" chapters)
 string(JSON _count LENGTH "${_chapters}")
 math(EXPR _last "${_count} - 1")
 get_property(_all_tests DIRECTORY PROPERTY TESTS)
-set(_unit_setups "foreach(_test IN LISTS shardlab_unit_TESTS shardlab_chapter_unit_TESTS)\n")
+string(JOIN " " _lists ${SHARDLAB_TEST_LISTS})
+set(_unit_setups "foreach(_test IN LISTS ${_lists})\n")
 foreach(_i RANGE ${_last})
   string(JSON _chapter MEMBER "${_chapters}" ${_i})
   string(JSON _regex GET "${_chapters}" ${_chapter} tests)
@@ -31,9 +32,13 @@ file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/lab_solution_unit_tests.cmake "${_unit_se
 set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${CMAKE_CURRENT_BINARY_DIR}/lab_solution_unit_tests.cmake)
 add_test(NAME "${_solution}" COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/labs/grade --list --build ${CMAKE_BINARY_DIR})
 set_tests_properties("${_solution}" PROPERTIES TIMEOUT 120 PROCESSORS 2 FIXTURES_REQUIRED lab_solution)
-add_test(NAME "labs: student trees build with -Werror and fail exactly their exercises' tests, bug hunts their test, found by their tool"
+# The instructor's checks: a student tree (make-lab) has neither them nor the files they read.
+if(NOT EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/labs/check_labs.py)
+  return()
+endif()
+add_test(NAME "labs: student trees build with -Werror and fail exactly their exercises' tests, bug hunts their test, found by their tool, submissions graded against the kit"
          COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/labs/check_labs.py ${CMAKE_BINARY_DIR}/labs --jobs 2)
-set_tests_properties("labs: student trees build with -Werror and fail exactly their exercises' tests, bug hunts their test, found by their tool"
+set_tests_properties("labs: student trees build with -Werror and fail exactly their exercises' tests, bug hunts their test, found by their tool, submissions graded against the kit"
                      PROPERTIES TIMEOUT 1500 PROCESSORS 2 LABELS labs)
 # What grade tells a student of a failed test: Catch2's assertion with its values and the case,
 # without colour codes; the race check's error rather than a line that mentions traces. And the

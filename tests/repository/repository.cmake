@@ -50,5 +50,5 @@ shardlab_notebook_test(08_context_parallel.ipynb)
 # one case (a name CMake or Catch2 reads differently would give entries that run nothing).
 add_test(NAME "tests: every Catch2 case is one ctest entry that runs it"
          COMMAND ${Python3_EXECUTABLE} ${TESTS}/repository/check_catch_discovery.py ${CMAKE_BINARY_DIR}
-                 --suite shardlab_tests ${UNIT_TEST_SOURCES}
+                 ${SHARDLAB_CATCH_SUITES}
                  --suite shardlab_viewer_tests ${VIEWER_TEST_SOURCES})
