@@ -3,7 +3,11 @@
 #include <cstdio>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 namespace shardlab {
+
+nlohmann::json Failure::to_json() const { return {{"rank", rank}, {"kind", kind}, {"reason", reason}}; }
 
 using json = nlohmann::json;
 

@@ -36,7 +36,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 namespace shardlab {
 
@@ -47,7 +47,7 @@ struct Failure {
   int rank = -1;
   std::string kind;
   std::string reason;
-  nlohmann::json to_json() const { return {{"rank", rank}, {"kind", kind}, {"reason", reason}}; }
+  nlohmann::json to_json() const;
 };
 
 // Thrown out of a wait. `origin`: this rank found the failure (its timeout, a signal to it);

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
 #include "trace/file_output.h"
 
 namespace shardlab {

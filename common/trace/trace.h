@@ -30,7 +30,7 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>  // declarations only: json.hpp costs every includer ~2 s to compile
 
 #include "trace/file_output.h"
 #include "trace/timeline.h"

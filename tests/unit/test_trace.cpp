@@ -14,6 +14,7 @@
 #include <set>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
 
 #include "device/in_flight.h"
 #include "trace/trace.h"
