@@ -25,7 +25,7 @@ files that change, so each round recompiles only the chapter files it touches):
 - Then a course's hand-in: make-lab writes a chapter 01 tree and its instructor's kit; the tree
   holds none of the instructor's files; a student who finished the ring but "fixed" the tests and
   the points in their tree submits (tests/labs/submit), and so does one who did nothing; the
-  kit's grade --submission (its grading copy and build kept in WORK_DIR/grading) gives the first
+  kit's grade --submission, in this check's tree and build (put back afterwards), gives the first
   full marks out of the kit's points and the second none.
 
 Prints what it checked and exits 1 naming every problem.
@@ -200,12 +200,17 @@ class Checker:
             if submitted.returncode != 0:
                 return self.problem(f"submit failed:\n{submitted.stdout}")
         started = time.monotonic()
+        # The grading copy is this check's tree and build (a copy of its own would build common/
+        # again): the kit's files and the submission's over the last round's, rebuilt where they
+        # differ; then the tree is put back as make-lab wrote it.
         graded = run([kit / "tests/labs/grade", "--submission", work / "handin" / "ada.tar.gz", work / "handin" / "bob.tar.gz",
-                      "--work", work / "grading", "--jobs", self.jobs])
+                      "--work", work, "--jobs", self.jobs])
+        for restore in (["checkout", "--", "."], ["clean", "-fdq"]):
+            subprocess.run(["git", "-C", str(self.tree), *restore], check=True)
         lines = graded.stdout.splitlines()
         book = lines[lines.index("grade: gradebook, one line per submission:") + 1:] if graded.returncode == 0 and \
             "grade: gradebook, one line per submission:" in lines else []
-        print(f"  graded both in {time.monotonic() - started:.0f} s (the grading copy's first build included):")
+        print(f"  graded both in {time.monotonic() - started:.0f} s:")
         print("  " + "\n  ".join(book))
         worth = sum(MANIFEST["chapters"]["01"]["points"].values())
         points = {e: p for e, p in MANIFEST["chapters"]["01"]["points"].items()}
