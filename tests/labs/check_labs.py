@@ -81,8 +81,7 @@ class Checker:
         if made.returncode != 0:
             raise SystemExit(f"check_labs: make-lab {' '.join(make_lab_args)} failed:\n{made.stdout}")
         if not (self.build / "CMakeCache.txt").is_file():
-            configure = run(["cmake", "-S", self.tree, "-B", self.build, "-DCMAKE_BUILD_TYPE=Release", "-DSHARDLAB_CUDA=OFF",
-                             "-DSHARDLAB_VIEWER=OFF", "-DSHARDLAB_WERROR=ON"])
+            configure = run(["cmake", "-S", self.tree, "--preset", "lab", "-B", self.build, "-DSHARDLAB_WERROR=ON"])
             if configure.returncode != 0:
                 raise SystemExit(f"check_labs: configuring the student tree failed:\n{configure.stdout[-3000:]}")
         try:  # grade's build: a work directory configured before the tree gained a target regenerates
@@ -213,7 +212,7 @@ class Checker:
         print(f"  graded both in {time.monotonic() - started:.0f} s:")
         print("  " + "\n  ".join(book))
         worth = sum(MANIFEST["chapters"]["01"]["points"].values())
-        points = {e: p for e, p in MANIFEST["chapters"]["01"]["points"].items()}
+        points = MANIFEST["chapters"]["01"]["points"]
         want = [",".join(["Ada Finished"] + [f"{e}={p:g}" for e, p in points.items()] + [f"total={worth:g}/{worth:g}"]),
                 ",".join(["Bob Untouched"] + [f"{e}=0" for e in points] + [f"total=0/{worth:g}"])]
         if book != want:
