@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>  // the sweep's rows in summary.json
+
 #include "01_ring_allreduce/ring_allreduce.h"
 #include "run/job.h"
 #include "comm/mpi_comm.h"

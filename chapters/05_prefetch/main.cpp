@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>  // the sweep's rows in summary.json
+
 #include "02_naive_ddp/data_parallel.h"
 #include "04_fsdp/checks.h"
 #include "05_prefetch/fsdp_runtime.h"

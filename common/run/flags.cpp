@@ -1,5 +1,7 @@
 #include "run/flags.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>

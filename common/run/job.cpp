@@ -33,12 +33,18 @@ std::string format_figure(double v, const std::string& unit) {
 
 }  // namespace
 
+struct Job::Records {
+  json config, placement;
+  json figures = json::object();
+  json rank_figures = json::object();
+  json results = json::object();
+};
+
 Job::Job(const ChapterInfo& info, const CommonFlags& flags, json config, json placement, std::unique_ptr<Device> device,
          std::unique_ptr<Comm> world)
     : info_(info),
       flags_(flags),
-      config_(std::move(config)),
-      placement_(std::move(placement)),
+      records_(std::make_unique<Records>(Records{std::move(config), std::move(placement)})),
       device_(std::move(device)),
       world_(std::move(world)) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -74,8 +80,10 @@ void Job::say(const std::string& text) const {
   if (is_root()) std::cout << text << std::endl;
 }
 
+json& Job::results() { return records_->results; }
+
 void Job::figure(const std::string& key, double value, const std::string& unit, const std::string& what) {
-  figures_[key] = {{"value", value}, {"unit", unit}, {"what", what}};
+  records_->figures[key] = {{"value", value}, {"unit", unit}, {"what", what}};
   if (!is_root()) return;
   std::string left = "  " + key;
   if (left.size() < 34) left.resize(34, ' ');
@@ -85,7 +93,7 @@ void Job::figure(const std::string& key, double value, const std::string& unit, 
 }
 
 void Job::rank_figure(const std::string& key, double value, const std::string& unit, const std::string& what) {
-  rank_figures_[key] = {{"value", value}, {"unit", unit}, {"what", what}};
+  records_->rank_figures[key] = {{"value", value}, {"unit", unit}, {"what", what}};
 }
 
 Job::Step::Step(Job& job, int64_t n, int64_t total, bool progress)
@@ -146,7 +154,7 @@ Job::Step::~Step() noexcept(false) {
 json Job::other_data() const {
   return {{"chapter", info_.id},       {"strategy", strategy_},           {"device", std::string(device_->kind())},
           {"profile", device_->profile().name}, {"simulated", device_->simulated()}, {"compute", flags_.compute},
-          {"world_size", world_size_}, {"config", config_}};
+          {"world_size", world_size_}, {"config", records_->config}};
 }
 
 json Job::summary_base(const json& other) const {
@@ -154,7 +162,7 @@ json Job::summary_base(const json& other) const {
   summary["title"] = info_.title;
   summary["run"] = fs::path(run_dir()).filename().string();
   summary["times"] = device_->simulated() ? "simulated" : "measured";
-  summary["figures"] = figures_;
+  summary["figures"] = records_->figures;
   if (!losses_.empty()) summary["loss"] = losses_;
   summary["ranks"] = json::array();
   return summary;
@@ -163,11 +171,11 @@ json Job::summary_base(const json& other) const {
 json Job::rank_report() const {
   Device& d = *device_;
   const RankTimeline& tl = d.trace().timeline();
-  json mine = {{"rank", rank_}, {"placement", placement_}, {"steps", json::array()}, {"collectives", json::array()},
+  json mine = {{"rank", rank_}, {"placement", records_->placement}, {"steps", json::array()}, {"collectives", json::array()},
                {"races", d.race_reports()}, {"trace_events", d.trace().event_count()},
                {"peak_allocated_bytes", d.allocator().peak_allocated()},
                {"peak_reserved_bytes", d.allocator().peak_reserved()}};
-  if (!rank_figures_.empty()) mine["figures"] = rank_figures_;
+  if (!records_->rank_figures.empty()) mine["figures"] = records_->rank_figures;
   for (const auto& m : step_metrics(tl)) mine["steps"].push_back(to_json(m));
   for (const auto& c : collective_metrics(tl)) mine["collectives"].push_back(to_json(c));
   return mine;
@@ -232,7 +240,7 @@ int Job::finish() {
 
   if (is_root()) {
     json summary = summary_base(other);
-    summary["results"] = results_;
+    summary["results"] = records_->results;
     size_t races = 0;
     for (const auto& s : per_rank) {
       summary["ranks"].push_back(json::parse(s));

@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>  // declarations only: every chapter includes this header, json.hpp costs ~2 s a TU
 
 #include "comm/comm.h"
 #include "comm/watchdog.h"
@@ -139,7 +139,7 @@ class Job {
 
   // Strategy label for traces and summaries ("overlapped", "bucketed", ...).
   void set_strategy(std::string s) { strategy_ = std::move(s); }
-  nlohmann::json& results() { return results_; }  // extra machine-readable results
+  nlohmann::json& results();  // extra machine-readable results (include <nlohmann/json.hpp> to fill them)
 
   // The race check's reports fail the run (exit status 3, after the traces are written),
   // unless the chapter shows a race on purpose and says so here (chapter 00's --race).
@@ -171,15 +171,14 @@ class Job {
   void stream_trace();
   ChapterInfo info_;
   CommonFlags flags_;
-  nlohmann::json config_;
-  nlohmann::json placement_;
+  // What the job records for summary.json and the traces, as JSON: behind a pointer so that
+  // this header needs only json's declaration.
+  struct Records;
+  std::unique_ptr<Records> records_;
   int rank_ = 0, world_size_ = 1;
   std::unique_ptr<Device> device_;
   std::unique_ptr<Comm> world_;
   std::string strategy_ = "default";
-  nlohmann::json figures_ = nlohmann::json::object();
-  nlohmann::json rank_figures_ = nlohmann::json::object();
-  nlohmann::json results_ = nlohmann::json::object();
   std::vector<double> losses_;  // the global mean loss of each step that reported one
   bool races_expected_ = false;
   bool stream_failed_ = false;
