@@ -1,3 +1,4 @@
-// Catch2 entry point for the single-process unit tests.
-#define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+// Catch2 entry point for the single-process unit tests (Catch2 itself: catch_impl.cpp).
+#include "catch_session.h"
+
+int main(int argc, char** argv) { return run_catch_session(argc, argv); }

@@ -26,8 +26,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>  // the sweep's rows in summary.json
-
 #include "02_naive_ddp/data_parallel.h"
 #include "04_fsdp/checks.h"
 #include "05_prefetch/fsdp_runtime.h"
@@ -176,22 +174,20 @@ void lesson(Job& job) {
   }
   job.say("\nthe last step of each (" + job.device().profile().name + ", " + std::to_string(job.world_size()) + " ranks):");
   job.say("backward       forward prefetch   step (ms)   exposed comm: forward   backward (ms)   peak allocated (MiB)   formula");
-  nlohmann::json rows = nlohmann::json::array();
   for (const ModeResult& r : results) {
     char line[200];
     std::snprintf(line, sizeof line, "%-14s %-16s %11.3f %23.3f %15.3f %22.3f %9.3f", ch05::to_string(r.options.backward_prefetch).c_str(),
                   r.options.forward_prefetch ? "on" : "off", r.step_ms, r.forward_exposed_ms, r.backward_exposed_ms,
                   r.peak_allocated_MiB, r.formula_MiB);
     job.say(line);
-    rows.push_back({{"backward_prefetch", ch05::to_string(r.options.backward_prefetch)},
-                    {"forward_prefetch", r.options.forward_prefetch},
-                    {"step_ms", r.step_ms},
-                    {"forward_exposed_comm_ms", r.forward_exposed_ms},
-                    {"backward_exposed_comm_ms", r.backward_exposed_ms},
-                    {"peak_allocated_MiB", r.peak_allocated_MiB},
-                    {"formula_MiB", r.formula_MiB}});
+    job.result_row("sweep", {{"backward_prefetch", ch05::to_string(r.options.backward_prefetch)},
+                             {"forward_prefetch", r.options.forward_prefetch},
+                             {"step_ms", r.step_ms},
+                             {"forward_exposed_comm_ms", r.forward_exposed_ms},
+                             {"backward_exposed_comm_ms", r.backward_exposed_ms},
+                             {"peak_allocated_MiB", r.peak_allocated_MiB},
+                             {"formula_MiB", r.formula_MiB}});
   }
-  job.results()["sweep"] = rows;
 }
 
 }  // namespace

@@ -82,6 +82,11 @@ void Job::say(const std::string& text) const {
 
 json& Job::results() { return records_->results; }
 
+void Job::result_row(const std::string& table, const std::vector<std::pair<std::string, ResultValue>>& row) {
+  json& out = records_->results[table].emplace_back(json::object());
+  for (const auto& [key, value] : row) std::visit([&](const auto& v) { out[key] = v; }, value);
+}
+
 void Job::figure(const std::string& key, double value, const std::string& unit, const std::string& what) {
   records_->figures[key] = {{"value", value}, {"unit", unit}, {"what", what}};
   if (!is_root()) return;

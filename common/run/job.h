@@ -30,6 +30,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>  // declarations only: every chapter includes this header, json.hpp costs ~2 s a TU
@@ -140,6 +142,10 @@ class Job {
   // Strategy label for traces and summaries ("overlapped", "bucketed", ...).
   void set_strategy(std::string s) { strategy_ = std::move(s); }
   nlohmann::json& results();  // extra machine-readable results (include <nlohmann/json.hpp> to fill them)
+  // One row of a table under "results" in summary.json (a sweep's configurations), without
+  // json.hpp in the chapter: {{"step_ms", 12.5}, {"forward_prefetch", true}, {"mode", "PRE"}}.
+  using ResultValue = std::variant<double, bool, std::string>;
+  void result_row(const std::string& table, const std::vector<std::pair<std::string, ResultValue>>& row);
 
   // The race check's reports fail the run (exit status 3, after the traces are written),
   // unless the chapter shows a race on purpose and says so here (chapter 00's --race).

@@ -1,7 +1,6 @@
 #include "run/run_directory.h"
 
 #include <fstream>
-#include <regex>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -29,6 +28,23 @@ std::vector<std::string> run_files(int world_size) {
   return files;
 }
 
+namespace {
+
+// Only names a run writes (rank<R>.json, flight_record_rank<R>.json, summary.json): a manifest
+// edited by hand cannot point a run at other files.
+bool is_run_file(const std::string& name) {
+  if (name == kSummaryFile) return true;
+  for (const std::string prefix : {"rank", "flight_record_rank"}) {
+    const std::string suffix = ".json";
+    if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix)) continue;
+    const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    if (digits.find_first_not_of("0123456789") == std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 std::vector<std::string> manifest_files(const fs::path& dir) {
   std::error_code ec;
   if (!fs::is_regular_file(dir / kRunManifest, ec)) return {};
@@ -36,11 +52,9 @@ std::vector<std::string> manifest_files(const fs::path& dir) {
   if (!in) return {};
   const nlohmann::json m = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!m.is_object() || !m.contains("files") || !m["files"].is_array()) return {};
-  // Only names a run writes: a manifest edited by hand cannot point a run at other files.
-  static const std::regex kRunFile(R"((rank|flight_record_rank)\d+\.json|summary\.json)");
   std::vector<std::string> files;
   for (const auto& f : m["files"])
-    if (f.is_string() && std::regex_match(f.get<std::string>(), kRunFile)) files.push_back(f.get<std::string>());
+    if (f.is_string() && is_run_file(f.get<std::string>())) files.push_back(f.get<std::string>());
   return files;
 }
 

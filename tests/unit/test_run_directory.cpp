@@ -45,6 +45,12 @@ TEST_CASE("run directory: a run lists its files, and the next removes exactly th
   // A manifest edited to name other files cannot make a run delete them.
   std::ofstream(tmp.path / kRunManifest) << R"({"files": ["rankings.xlsx", "../x", "rank_backup", "rank9.json"]})";
   CHECK(manifest_files(tmp.path) == std::vector<std::string>{"rank9.json"});
+  // Names almost a run's: only rank<digits>.json, flight_record_rank<digits>.json and summary.json pass.
+  std::ofstream(tmp.path / kRunManifest)
+      << R"({"files": ["rank.json", "rank-1.json", "rank1x.json", "rank1.json.bak", "xrank1.json", "flight_record_rank.json",
+                        "flight_record_rank12.json", "summary.json", "summary.json.tmp", "rank07.json", 7]})";
+  CHECK(manifest_files(tmp.path) == std::vector<std::string>{"flight_record_rank12.json", "summary.json", "rank07.json"});
+  std::ofstream(tmp.path / kRunManifest) << R"({"files": ["rankings.xlsx", "../x", "rank_backup", "rank9.json"]})";
   CHECK(claim_run_directory(tmp.path, "04_fsdp", 1) == std::vector<std::string>{"rank9.json"});
   CHECK(fs::exists(tmp.path / "rankings.xlsx"));
   CHECK(fs::is_directory(tmp.path / "rank_backup"));

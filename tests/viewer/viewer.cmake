@@ -7,7 +7,7 @@ find_program(XVFB_RUN xvfb-run)
 if(TARGET shardlab_viewer_model)
   find_package(ZLIB REQUIRED)  # the tests write .json.gz files
   file(GLOB VIEWER_TEST_SOURCES CONFIGURE_DEPENDS ${TESTS}/viewer/viewer_test_*.cpp)
-  add_executable(shardlab_viewer_tests main_unit.cpp ${VIEWER_TEST_SOURCES})
+  add_executable(shardlab_viewer_tests $<TARGET_OBJECTS:shardlab_catch_impl> $<TARGET_OBJECTS:shardlab_catch_main> ${VIEWER_TEST_SOURCES})
   target_link_libraries(shardlab_viewer_tests PRIVATE shardlab_viewer_model ZLIB::ZLIB Catch2::Catch2 shardlab_warnings)
   target_compile_definitions(shardlab_viewer_tests PRIVATE SHARDLAB_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
   catch_discover_tests(shardlab_viewer_tests TEST_PREFIX "viewer: " EXTRA_ARGS --warn NoTests)
