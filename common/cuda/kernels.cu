@@ -86,6 +86,24 @@ __global__ void add_kernel(float* dst, const float* src, int64_t n) {
   if (i < n) dst[i] += src[i];
 }
 
+// ops::copy_blocks, up to kCopyBlocksPerLaunch blocks a launch, passed by value (a kernel's
+// parameters may take 4 KiB): blockIdx.y picks the block, x strides over its rows * width.
+constexpr int kCopyBlocksPerLaunch = 32;
+struct CopyBlocks {
+  CopyBlock block[kCopyBlocksPerLaunch];
+};
+
+__global__ void copy_blocks_kernel(CopyBlocks blocks, int64_t rows) {
+  const CopyBlock& b = blocks.block[blockIdx.y];
+  const int64_t n = rows * b.width;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / b.width, k = i - r * b.width;
+    const int64_t from = r * b.src_pitch + k;
+    b.dst[r * b.dst_pitch + k] = from < b.src_numel ? b.src[from] : 0.0f;
+  }
+}
+
 __global__ void scale_kernel(float* t, int64_t n, float factor) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) t[i] *= factor;
@@ -120,6 +138,19 @@ void add_(float* dst, const float* src, int64_t n, void* stream) {
   if (n == 0) return;
   add_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(dst, src, n);
   CUDA_CHECK(cudaGetLastError());
+}
+
+void copy_blocks(const std::vector<CopyBlock>& blocks, int64_t rows, void* stream) {
+  for (size_t first = 0; first < blocks.size(); first += kCopyBlocksPerLaunch) {
+    CopyBlocks batch{};
+    const size_t count = std::min<size_t>(kCopyBlocksPerLaunch, blocks.size() - first);
+    int64_t widest = 0;
+    for (size_t b = 0; b < count; ++b) batch.block[b] = blocks[first + b], widest = std::max(widest, rows * blocks[first + b].width);
+    if (widest == 0) continue;
+    const dim3 grid(std::min<unsigned int>(blocks_for(widest, kThreads), 1024), static_cast<unsigned int>(count));
+    copy_blocks_kernel<<<grid, kThreads, 0, as_stream(stream)>>>(batch, rows);
+    CUDA_CHECK(cudaGetLastError());
+  }
 }
 
 void scale_(float* t, int64_t n, float factor, void* stream) {

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 // SHARDLAB_ON_CUDA(statements): the CudaBody argument of Device::launch.
 //   With CUDA (SHARDLAB_WITH_CUDA defined): a lambda [=](void* stream) { statements; } that the
@@ -33,6 +34,13 @@ namespace shardlab::cuda {
 void fill(float* t, int64_t n, float value, void* stream);                       // t = value
 void copy(void* dst, const void* src, size_t bytes, void* stream);               // dst = src
 void add_(float* dst, const float* src, int64_t n, void* stream);                // dst += src
+// ops::copy_blocks: each block's `rows` rows of `width` floats, zeros past src_numel.
+struct CopyBlock {
+  const float* src;
+  float* dst;
+  int64_t src_numel, src_pitch, dst_pitch, width;
+};
+void copy_blocks(const std::vector<CopyBlock>& blocks, int64_t rows, void* stream);
 void scale_(float* t, int64_t n, float factor, void* stream);                    // t *= factor
 void residual_forward(float* out, const float* a, const float* b, int64_t n, void* stream);  // out = a + b
 

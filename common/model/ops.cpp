@@ -263,6 +263,49 @@ void add_(Device& dev, Stream& s, const Tensor& dst, const Tensor& src) {
              SHARDLAB_ON_CUDA(cuda::add_(dst.f32(), src.f32(), n, stream)));
 }
 
+void copy_blocks(Device& dev, Stream& s, std::string_view name, int64_t rows, const std::vector<CopyBlock>& blocks) {
+  const std::string op(name);
+  if (rows < 0) fail(op.c_str(), "rows " + std::to_string(rows) + " is negative");
+  std::vector<Access> accesses;
+  double elements = 0;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const CopyBlock& x = blocks[b];
+    require_f32(x.src, op.c_str());
+    require_f32(x.dst, op.c_str());
+    const std::string which = "block " + std::to_string(b) + ": ";
+    if (x.width < 0 || x.src_pitch < 0 || x.dst_pitch < x.width)
+      fail(op.c_str(), which + "width " + std::to_string(x.width) + ", pitches " + std::to_string(x.src_pitch) + " and " +
+                           std::to_string(x.dst_pitch) + ": a row must fit its destination pitch");
+    if (rows > 0 && x.width > 0 && (rows - 1) * x.dst_pitch + x.width > x.dst.numel())
+      fail(op.c_str(), which + std::to_string(rows) + " rows of " + std::to_string(x.width) + " at pitch " +
+                           std::to_string(x.dst_pitch) + " do not fit a destination of " + std::to_string(x.dst.numel()));
+    accesses.push_back(reads(x.src));
+    accesses.push_back(writes(x.dst));
+    elements += static_cast<double>(rows * x.width);
+  }
+  // Each element read once (or not: padding) and written once, 4 bytes each way.
+  dev.launch(s, {name, 0.0, 8.0 * elements, DType::f32, KernelClass::elementwise, std::move(accesses)},
+             [=] {
+               for (const CopyBlock& x : blocks) {
+                 const float* src = x.src.f32();
+                 float* dst = x.dst.f32();
+                 const int64_t end = x.src.numel();
+                 for (int64_t r = 0; r < rows; ++r) {
+                   const int64_t from = r * x.src_pitch;
+                   const int64_t valid = std::clamp<int64_t>(end - from, 0, x.width);
+                   if (valid > 0) std::memcpy(dst + r * x.dst_pitch, src + from, static_cast<size_t>(valid) * 4);
+                   std::fill(dst + r * x.dst_pitch + valid, dst + r * x.dst_pitch + x.width, 0.0f);
+                 }
+               }
+             },
+             SHARDLAB_ON_CUDA({
+               std::vector<cuda::CopyBlock> cb;
+               for (const CopyBlock& x : blocks)
+                 cb.push_back({x.src.f32(), x.dst.f32(), x.src.numel(), x.src_pitch, x.dst_pitch, x.width});
+               cuda::copy_blocks(cb, rows, stream);
+             }));
+}
+
 void scale_(Device& dev, Stream& s, const Tensor& t, float factor) {
   require_f32(t, "scale_");
   const int64_t n = t.numel();

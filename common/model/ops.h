@@ -16,6 +16,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
+#include <vector>
 
 #include "device/device.h"
 
@@ -27,6 +29,18 @@ void copy(Device& dev, Stream& s, const Tensor& dst, const Tensor& src);    // d
 void add_(Device& dev, Stream& s, const Tensor& dst, const Tensor& src);    // dst += src
 void scale_(Device& dev, Stream& s, const Tensor& t, float factor);         // t *= factor
 void residual_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& a, const Tensor& b);  // out = a + b
+
+// Several 2-D copies in one kernel, each `rows` rows of `width` elements: for every block and
+// row r, dst[r * dst_pitch + k] = src[r * src_pitch + k], k < width, and 0 where that source
+// index reaches src.numel() (the source has ended: padding). Chapter 09's copies around FSDP2's
+// collectives are all this one shape: the all-gather's copy-in (rows = 1), its copy-out
+// (split_with_sizes_copy: row r of the gathered buffer is rank r's slot) and the reduce-scatter's
+// copy-in (chunk_cat: each gradient's r-th chunk into rank r's slot, padded with zeros).
+struct CopyBlock {
+  Tensor src, dst;
+  int64_t src_pitch = 0, dst_pitch = 0, width = 0;
+};
+void copy_blocks(Device& dev, Stream& s, std::string_view name, int64_t rows, const std::vector<CopyBlock>& blocks);
 
 // ---- embeddings: out[b, t, :] = wte[tokens[b, t], :] + wpe[p(t), :], p(t) = t, or positions[t]
 // when given (a sequence split over ranks: chapter 08's tokens are not in order).

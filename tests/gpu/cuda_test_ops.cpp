@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
@@ -187,6 +188,45 @@ TEST_CASE("cuda: elementwise and memory ops", "[cuda]") {
   f.finish();
   expect_close("gelu_forward, unaligned", ggelu_off, gelu, kElementwise);
   expect_close("gelu_backward (accumulated), unaligned", gdx_off, dx_off, kElementwise);
+}
+
+TEST_CASE("cuda: copy_blocks (FSDP2's copy-in, copy-out and chunk_cat), more blocks than one launch takes", "[cuda]") {
+  Fixture f;
+  // 40 parameters of uneven rows over 3 ranks: a chunk_cat into [3, slot], then the copy-out
+  // back, on both devices.
+  const int world = 3;
+  std::vector<Tensor> params;
+  std::vector<int64_t> widths;
+  int64_t slot = 0;
+  for (int i = 0; i < 40; ++i) {
+    const int64_t rows = 1 + (i * 7) % 11, cols = 1 + i % 4, chunk = (rows + world - 1) / world;
+    params.push_back(f.random({rows, cols}));
+    widths.push_back(chunk * cols);
+    slot += chunk * cols;
+  }
+  Tensor cat = f.random({world * slot}), back = f.random({world * slot});
+  std::vector<std::unique_ptr<Gpu>> gp;
+  for (const Tensor& t : params) gp.push_back(std::make_unique<Gpu>(t));
+  Gpu gcat(cat), gback(back);
+  std::vector<ops::CopyBlock> in, out;
+  std::vector<cuda::CopyBlock> gin, gout;
+  int64_t offset = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor dst = cat.view(offset, {world * slot - offset}), dback = back.view(offset, {world * slot - offset});
+    in.push_back({params[i], dst, widths[i], slot, widths[i]});
+    out.push_back({cat.view(offset, {world * slot - offset}), dback, slot, slot, widths[i]});
+    gin.push_back({gp[i]->f(), gcat.f() + offset, params[i].numel(), widths[i], slot, widths[i]});
+    gout.push_back({gcat.f() + offset, gback.f() + offset, world * slot - offset, slot, slot, widths[i]});
+    offset += widths[i];
+  }
+  ops::copy_blocks(f.dev, f.s(), "chunk_cat", world, in);
+  cuda::copy_blocks(gin, world, f.stream());
+  f.finish();
+  expect_close("copy_blocks (chunk_cat)", gcat, cat, 0);
+  ops::copy_blocks(f.dev, f.s(), "split_with_sizes_copy", world, out);
+  cuda::copy_blocks(gout, world, f.stream());
+  f.finish();
+  expect_close("copy_blocks (copy-out)", gback, back, 0);
 }
 
 TEST_CASE("cuda: embedding forward and backward", "[cuda]") {

@@ -181,6 +181,41 @@ TEST_CASE("ops: copy and residual_forward", "[ops]") {
   CHECK(dev.race_reports().empty());
 }
 
+TEST_CASE("ops: copy_blocks copies 2-D blocks in one kernel and pads past the source's end", "[ops]") {
+  // FSDP2's copies for a group of two parameters over 2 ranks, A [3, 3] and B [2, 2], each cut
+  // on dim 0 as torch.chunk cuts it: A's chunks are 2 rows and 1 row (padded to 2), B's 1 and 1.
+  // A rank's slot holds [A chunk (6) | B chunk (2)]: 8 elements.
+  SimDevice dev = real_device();
+  Stream& s = dev.compute_stream();
+  Vec a(9), b(4);
+  for (size_t i = 0; i < 9; ++i) a[i] = static_cast<float>(10 + i);
+  for (size_t i = 0; i < 4; ++i) b[i] = static_cast<float>(100 + i);
+  Tensor ta = tensor_of(dev, {3, 3}, a, "A"), tb = tensor_of(dev, {2, 2}, b, "B");
+
+  // The reduce-scatter's copy-in (chunk_cat): row r of the [2, 8] input is rank r's slot;
+  // A's second chunk has one row and then zeros.
+  Tensor cat = tensor_of(dev, {16}, Vec(16, -1.0f), "reduce_scatter_input");
+  ops::copy_blocks(dev, s, "chunk_cat", 2, {{ta, cat.view(0, {16}), 6, 8, 6}, {tb, cat.view(6, {10}), 2, 8, 2}});
+  CHECK(values(cat) == Vec{10, 11, 12, 13, 14, 15, 100, 101, 16, 17, 18, 0, 0, 0, 102, 103});
+
+  // The all-gather's copy-out (split_with_sizes_copy): the gathered [2, 8] buffer split along
+  // dim 1 into each parameter's padded unsharded [2, 6] and [2, 2]; A is their first 9.
+  Tensor ua = tensor_of(dev, {12}, Vec(12, -1.0f), "A.unsharded"), ub = tensor_of(dev, {4}, Vec(4, -1.0f), "B.unsharded");
+  ops::copy_blocks(dev, s, "split_with_sizes_copy", 2, {{cat.view(0, {16}), ua, 8, 6, 6}, {cat.view(6, {10}), ub, 8, 2, 2}});
+  CHECK(values(ua) == Vec{10, 11, 12, 13, 14, 15, 16, 17, 18, 0, 0, 0});
+  CHECK(values(ub) == b);
+
+  // The all-gather's copy-in (one row): rank 1's shards into its slot.
+  Tensor slot = tensor_of(dev, {8}, Vec(8, -1.0f), "slot");
+  ops::copy_blocks(dev, s, "all_gather_copy_in", 1, {{ua.view(6, {6}), slot, 6, 8, 6}, {ub.view(2, {2}), slot.view(6, {2}), 2, 2, 2}});
+  CHECK(values(slot) == Vec{16, 17, 18, 0, 0, 0, 102, 103});
+  CHECK(dev.race_reports().empty());
+
+  // A row that does not fit its destination is an error naming the op and the block.
+  CHECK_THROWS_WITH(ops::copy_blocks(dev, s, "chunk_cat", 3, {{ta, cat, 6, 8, 6}}),
+                    Catch::Contains("chunk_cat") && Catch::Contains("block 0") && Catch::Contains("do not fit"));
+}
+
 TEST_CASE("ops: embedding forward matches a double reference, backward matches finite differences", "[ops]") {
   SimDevice dev = real_device();
   Stream& s = dev.compute_stream();

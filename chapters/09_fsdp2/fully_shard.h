@@ -1,0 +1,181 @@
+// fully_shard.h: FSDP2's runtime: the hooks of fully_shard(model.h[i]) for every block and
+// fully_shard(model) for the root, as torch/distributed/fsdp/_fully_shard/_fsdp_state.py and
+// _fsdp_param_group.py run them, and one training step through them.
+//
+//   root_pre_forward   FSDP2's streams wait for the compute stream (the optimizer wrote the shards)
+//   pre_forward(g)     unshard g (copy-in, all-gather) and wait for it (copy-out on compute); then
+//                      the explicit forward prefetches, if any
+//   post_forward(g)    reshard g (reshard_after_forward; the root keeps its parameters, as
+//                      FSDP2's default does: backward starts with them); the root releases the
+//                      last gathered buffer
+//   pre_backward(g)    unshard g unless whole, wait; gradients to accumulate into; then prefetch:
+//                      the explicit list, else the group before g in post-forward order
+//   post_backward(g)   the reduce-scatter (param_group.h)
+//   final_callback     the compute stream waits for every sharded gradient
+//
+// Prefetching in forward needs no code at all: unshard issues the copy-in and the all-gather
+// on FSDP2's streams and returns, and the copy-out only makes the compute stream wait, so the
+// CPU runs ahead and issues the next group's all-gather while the GPU still computes this one.
+// What bounds it is memory: a group's gathered buffer is released only at the next group's
+// copy-out, after the all-gather streams wait for its own copy-out.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "02_naive_ddp/data_parallel.h"
+#include "09_fsdp2/param_group.h"
+
+namespace ch09 {
+
+struct Fsdp2Options {
+  bool reshard_after_forward = true;  // the blocks' (ZeRO-3; false: ZeRO-2); never the root's
+  // Explicit prefetching (set_modules_to_forward_prefetch / set_modules_to_backward_prefetch):
+  // each block unshards the next `forward_prefetch` blocks after its own pre-forward, and the
+  // `backward_prefetch` blocks before it after its pre-backward. 0: FSDP2's implicit prefetch.
+  int forward_prefetch = 0;
+  int backward_prefetch = 0;
+};
+
+class FullyShard {
+ public:
+  // Group 0 is the root: the embeddings, the final norm and so the tied head (the parameters
+  // no block holds); group l the l-th block.
+  FullyShard(Job& job, GPT& model, uint64_t seed, Comm& group, CommContext& ctx, Fsdp2Options options)
+      : dev_(job.device()), ctx_(ctx), options_(options) {
+    const int L = static_cast<int>(model.config().layers);
+    std::vector<int> root = model.params_of_unit(0);
+    for (int i : model.params_of_unit(L + 1)) root.push_back(i);
+    groups_.push_back(std::make_unique<FsdpParamGroup>(job, model, "root", root, seed, group, ctx));
+    for (int l = 1; l <= L; ++l)
+      groups_.push_back(std::make_unique<FsdpParamGroup>(job, model, "block" + std::to_string(l - 1),
+                                                         model.params_of_unit(l), seed, group, ctx));
+  }
+
+  int groups() const { return static_cast<int>(groups_.size()); }
+  FsdpParamGroup& group(int g) { return *groups_.at(static_cast<size_t>(g)); }
+
+  void root_pre_forward() {
+    HostScope scope(dev_, "FSDP::root_pre_forward");
+    const Event optimizer_done = dev_.record(dev_.compute_stream());
+    dev_.wait(ctx_.copy_in, optimizer_done);
+    dev_.wait(ctx_.all_gather, optimizer_done);
+  }
+
+  void pre_forward(int g) {
+    HostScope scope(dev_, "FSDP::pre_forward");
+    group(g).unshard();
+    group(g).wait_for_unshard(/*forward=*/true);
+    if (g != 0)
+      for (int k = 1; k <= options_.forward_prefetch && g + k < groups(); ++k) group(g + k).unshard();
+  }
+
+  void post_forward(int g) {
+    HostScope scope(dev_, "FSDP::post_forward");
+    post_forward_order_.push_back(g);
+    if (g == 0) {
+      group(0).release_held_all_gather();  // the last block's gathered buffer
+    } else if (options_.reshard_after_forward) {
+      group(g).reshard();
+    }
+  }
+
+  void pre_backward(int g) {
+    HostScope scope(dev_, "FSDP::pre_backward");
+    group(g).unshard();
+    group(g).wait_for_unshard(/*forward=*/false);
+    group(g).begin_grads();
+    if (options_.backward_prefetch > 0) {
+      for (int k = 1; k <= options_.backward_prefetch && g - k >= 1; ++k) group(g - k).unshard();
+    } else if (const std::optional<int> before = before_in_post_forward_order(g)) {
+      group(*before).unshard();
+    }
+  }
+
+  void post_backward(int g) { group(g).post_backward(); }
+
+  void final_callback() {
+    HostScope scope(dev_, "FSDP::root_post_backward_final_callback");
+    for (auto& x : groups_) x->finalize_backward();
+    group(0).release_held_reduce_scatter();
+    post_forward_order_.clear();
+  }
+
+  void optimizer_step(int64_t step, const ops::AdamW& hp) {
+    for (auto& x : groups_) x->optimizer_step(step, hp);
+  }
+
+  // Every parameter and its AdamW first moment, whole, in model order (all ranks call).
+  void gather(const GPT& model, std::vector<float>& params, std::vector<float>& moments) {
+    params.assign(static_cast<size_t>(gpt_num_params(model.config())), 0.0f);
+    moments.assign(params.size(), 0.0f);
+    for (auto& x : groups_) x->gather(params, moments);
+  }
+
+ private:
+  // Implicit backward prefetch: the group that ran before g in forward runs after it in backward.
+  std::optional<int> before_in_post_forward_order(int g) const {
+    for (size_t i = 0; i < post_forward_order_.size(); ++i)
+      if (post_forward_order_[i] == g) return i == 0 ? std::nullopt : std::optional<int>(post_forward_order_[i - 1]);
+    return std::nullopt;
+  }
+
+  Device& dev_;
+  CommContext& ctx_;
+  Fsdp2Options options_;
+  std::vector<std::unique_ptr<FsdpParamGroup>> groups_;
+  std::vector<int> post_forward_order_;
+};
+
+// Events on the compute stream that split a step for the metrics.
+struct StepMarks {
+  Event start, forward_done;
+};
+
+// One step: forward and backward through the hooks, then AdamW on the shards.
+inline StepMarks train_step(Job::Step& s, Job& job, FullyShard& fsdp, GPT& model, ch02::BatchShare& batch,
+                            const TrainSetup& setup, int64_t step) {
+  Device& dev = job.device();
+  Stream& compute = dev.compute_stream();
+  const int L = static_cast<int>(model.config().layers);
+  const int embeddings = 0, head = L + 1;  // the model's units around the blocks 1..L
+  StepMarks marks;
+  marks.start = dev.record(compute);
+  batch.load(model, step, 0);
+
+  fsdp.root_pre_forward();
+  fsdp.pre_forward(0);
+  model.forward(embeddings, compute);
+  for (int l = 1; l <= L; ++l) {
+    HostScope scope(dev, "forward block " + std::to_string(l - 1));
+    fsdp.pre_forward(l);
+    model.forward(l, compute);
+    fsdp.post_forward(l);
+  }
+  model.forward(head, compute);
+  fsdp.post_forward(0);
+  marks.forward_done = dev.record(compute);
+
+  // Backward from the head: the root's post-backward only after the embeddings (the head
+  // shares their weight).
+  fsdp.pre_backward(0);
+  model.backward(head, compute);
+  for (int l = L; l >= 1; --l) {
+    HostScope scope(dev, "backward block " + std::to_string(l - 1));
+    fsdp.pre_backward(l);
+    model.backward(l, compute);
+    fsdp.post_backward(l);
+  }
+  model.backward(embeddings, compute);
+  fsdp.post_backward(0);
+  fsdp.final_callback();
+
+  fsdp.optimizer_step(step, setup.adamw);
+  s.set_loss(model.mean_loss(compute));
+  s.set_tokens(batch.tokens_per_step());
+  return marks;
+}
+
+}  // namespace ch09

@@ -1,0 +1,110 @@
+// Chapter 09: FSDP2, every parameter sharded on its own (fully_shard).
+//
+//   cmake --preset default && cmake --build --preset default
+//   mpirun -np 4 build/chapters/shardlab_ch09                              # tiny GPT: trains, checks itself
+//   mpirun -np 4 build/chapters/shardlab_ch09 --reshard-after-forward=false # ZeRO-2: no backward all-gather
+//   mpirun -np 8 build/chapters/shardlab_ch09 --model gpt2-small --global-batch 8 --seq-len 1024 --compute skip
+//
+// Chapter 05's step, with FSDP2's data structures and streams in place of FSDP1's:
+//
+//   fsdp_param.h    each parameter cut on dim 0 as torch.chunk cuts it, its rows padded
+//   param_group.h   one all-gather and one reduce-scatter per group, with the copies around them
+//                   (copy-in, copy-out, chunk_cat) and no record_stream
+//   fully_shard.h   the hooks, implicit and explicit prefetching, one training step
+//
+// The groups are chapter 04's units: the root (embeddings, final norm, the tied head) and one
+// per block. What the run proves: the same collectives a step as FSDP1 (chapter 04's counts),
+// the parameters and AdamW's moments equal to single-rank training, no race.
+
+#include <string>
+#include <vector>
+
+#include "02_naive_ddp/data_parallel.h"
+#include "04_fsdp/checks.h"
+#include "09_fsdp2/fully_shard.h"
+#include "run/train_flags.h"
+#include "trace/metrics.h"
+
+using namespace shardlab;
+
+namespace {
+
+TrainFlags train;
+bool reshard_after_forward = true;
+int64_t forward_prefetch = 0, backward_prefetch = 0;
+
+void add_flags(Flags& f) {
+  add_train_flags(f, train);
+  f.add_bool("reshard-after-forward", &reshard_after_forward,
+             "free each block's parameters after its forward (ZeRO-3) and gather them again in backward; false: keep them (ZeRO-2)");
+  f.add_int("forward-prefetch", &forward_prefetch, 0, 64,
+            "explicit forward prefetch: each block unshards the next N blocks after its own pre-forward (0: implicit)");
+  f.add_int("backward-prefetch", &backward_prefetch, 0, 64,
+            "explicit backward prefetch: each block unshards the N blocks before it after its pre-backward (0: implicit, one)");
+}
+
+void lesson(Job& job) {
+  Device& dev = job.device();
+  const ch09::Fsdp2Options options{reshard_after_forward, static_cast<int>(forward_prefetch), static_cast<int>(backward_prefetch)};
+  job.set_strategy(std::string("FSDP2 ") + (reshard_after_forward ? "reshard_after_forward=True" : "reshard_after_forward=False"));
+
+  // 1. FSDP2's streams (FSDPCommContext), besides the compute stream: the copy-in of each
+  //    all-gather, the all-gathers, the reduce-scatters.
+  ch09::CommContext ctx{dev.create_stream("all_gather_copy_in"), dev.create_stream("all_gather"),
+                        dev.create_stream("reduce_scatter")};
+
+  const TrainSetup setup = train_setup(train, job.steps(), job.flags().seed);
+  ch02::BatchShare batch(job, setup, 1);
+  GPT model(dev, GPTConfig::preset(setup.model), batch.rows(), setup.T);
+  const int L = static_cast<int>(model.config().layers);
+
+  // 2. fully_shard on every block, then on the model (the root).
+  ch09::FullyShard fsdp(job, model, setup.seed, job.world(), ctx, options);
+  int64_t padding = 0, params = 0;
+  for (int g = 0; g < fsdp.groups(); ++g)
+    for (const auto& p : fsdp.group(g).params())
+      padding += p->chunks().padded_numel() * job.world_size() - p->chunks().numel(), ++params;
+  job.say("model " + setup.model + ": " + std::to_string(gpt_num_params(model.config())) + " parameters in " +
+          std::to_string(params) + " tensors, " + std::to_string(fsdp.groups()) + " groups; each tensor cut on dim 0 over " +
+          std::to_string(job.world_size()) + " ranks (" + std::to_string(padding) + " elements of padding in all)");
+  if (dev.computes()) job.say("loss floor (the data's entropy rate): " + std::to_string(batch.chain().entropy_rate()) + " nats\n");
+
+  // 3. The steps.
+  ch09::StepMarks marks;
+  for (int64_t step = 0; step < job.steps(); ++step) {
+    Job::Step s(job, step);
+    marks = ch09::train_step(s, job, fsdp, model, batch, setup, step);
+  }
+
+  // 4. The last step's figures: time, where communication was exposed, memory.
+  const RankTimeline& tl = dev.trace().timeline();
+  const StepWindow& last = tl.steps.back();
+  const double split = last.start_us + dev.elapsed_us(marks.start, marks.forward_done);
+  job.figure("step_ms", (last.end_us - last.start_us) / 1000.0, "ms", "the last step");
+  job.figure("forward_exposed_comm_ms", range_metrics(tl, last.start_us, split).exposed_comm_us / 1000.0, "ms",
+             "forward: communication with no compute under it");
+  job.figure("backward_exposed_comm_ms", range_metrics(tl, split, last.end_us).exposed_comm_us / 1000.0, "ms",
+             "backward and optimizer: the same");
+  job.figure("peak_allocated_MiB", MiB(static_cast<double>(dev.allocator().peak_allocated())), "MiB", "measured, rank 0");
+  job.figure("peak_reserved_MiB", MiB(static_cast<double>(dev.allocator().peak_reserved())), "MiB", "segments the allocator holds");
+
+  // 5. The collectives of the last step: FSDP1's counts (chapter 04), one all-gather and one
+  //    reduce-scatter a group where FSDP1 had one a FlatParameter.
+  ch04::report_collective_counts(job, ch04::check_collective_counts(job, L, reshard_after_forward, job.steps(), job.world_size()));
+
+  // 6. The proof: gathered, the shards equal single-rank training on the global batch.
+  if (dev.computes() && setup.check_reference) {
+    std::vector<float> whole, moments;
+    fsdp.gather(model, whole, moments);
+    ch02::check_against_reference(job, setup, whole, moments);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const ChapterInfo chapter{.id = "09_fsdp2",
+                            .title = "FSDP2: per-parameter sharding",
+                            .default_steps = 5};
+  return run_chapter(argc, argv, chapter, add_flags, lesson);
+}

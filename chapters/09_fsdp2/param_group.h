@@ -1,0 +1,284 @@
+// param_group.h: FSDP2's FSDPParamGroup: the parameters of one fully_shard call, gathered by one
+// all-gather and reduced by one reduce-scatter, and the streams and events around them.
+//
+// One collective per group, however many parameters of whatever sizes it holds, needs one flat
+// buffer per rank: a slot of sum(padded chunk) elements, parameter after parameter in the
+// group's order. So FSDP2 copies around each collective (_fully_shard/_fsdp_collectives.py):
+//
+//   all-gather   copy-in (foreach_all_gather): each parameter's padded chunk into this rank's
+//                slot of the gathered buffer, on the copy-in stream; the all-gather in place
+//                on the all-gather stream; copy-out (split_with_sizes_copy) on the compute
+//                stream: the [W, slot] buffer split along its columns into each parameter's
+//                padded [W, c] rows, whose first d0 rows are the parameter.
+//   reduce       copy-in (chunk_cat) on the compute stream: each gradient's r-th chunk, padded,
+//                into row r of a [W, slot] buffer; the reduce-scatter (average) on the
+//                reduce-scatter stream, whose output slot holds this rank's chunk of every
+//                gradient: the sharded gradients are views into it.
+//
+// Chapter 05 freed the gathered buffer at once and told the allocator with record_stream
+// that another stream still reads it; the memory came back only when the CPU saw that work done,
+// late and unpredictably (chapter 06's thrash). FSDP2 never calls record_stream: a buffer stays
+// referenced until a later point at which the stream that will reuse its memory has been made
+// to wait for the last work that reads it (the CommContext below holds it until then).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+#include <memory>
+
+#include "09_fsdp2/fsdp_param.h"
+#include "comm/comm.h"
+
+namespace ch09 {
+
+// What every group shares (FSDPCommContext): FSDP2's own streams and the one buffer of each
+// kind a group leaves for the next group to release.
+struct CommContext {
+  CommContext(Stream& copy_in_stream, Stream& all_gather_stream, Stream& reduce_scatter_stream)
+      : copy_in(copy_in_stream), all_gather(all_gather_stream), reduce_scatter(reduce_scatter_stream) {}
+  Stream& copy_in;         // all-gather copy-in, and the gathered buffers' memory
+  Stream& all_gather;      // the all-gathers (so the collective waits on this stream, not on compute)
+  Stream& reduce_scatter;  // the reduce-scatters, their outputs, the sharded gradients
+  // A buffer and the event after its last reader: whoever releases it first makes the streams
+  // that allocate from its pool wait for that event.
+  struct Held {
+    Tensor buffer;
+    Event done;
+  };
+  std::optional<Held> all_gather_state;      // forward: the previous group's gathered buffer
+  std::optional<Held> reduce_scatter_state;  // backward: the previous group's reduce-scatter input
+};
+
+class FsdpParamGroup {
+ public:
+  // The parameters `params` of `model` (indices, in the group's order), sharded over `group`.
+  FsdpParamGroup(Job& job, GPT& model, std::string name, const std::vector<int>& params, uint64_t seed, Comm& group,
+                 CommContext& ctx)
+      : job_(job), model_(model), name_(std::move(name)), group_(group), ctx_(ctx) {
+    for (int i : params) {
+      params_.push_back(std::make_unique<FsdpParam>(job, model, i, group.rank(), group.size(), seed));
+      offsets_.push_back(slot_);
+      slot_ += params_.back()->chunks().padded_numel();
+    }
+  }
+  ~FsdpParamGroup() {
+    Device& dev = job_.device();
+    for (Tensor* t : {&gathered_, &grad_shards_})
+      if (t->defined()) dev.free(*t);
+    if (unsharded()) reshard();
+  }
+  FsdpParamGroup(const FsdpParamGroup&) = delete;
+  FsdpParamGroup& operator=(const FsdpParamGroup&) = delete;
+
+  const std::string& name() const { return name_; }
+  int world() const { return group_.size(); }
+  int64_t slot() const { return slot_; }  // elements each rank sends and receives
+  const std::vector<std::unique_ptr<FsdpParam>>& params() const { return params_; }
+  bool unsharded() const { return !unsharded_.empty(); }
+  bool unshard_pending() const { return gathered_.defined(); }
+
+  // Copy-in and all-gather on FSDP2's streams; the CPU does not wait. Nothing to do when the
+  // parameters are whole already or their all-gather is issued.
+  void unshard() {
+    if (unsharded() || unshard_pending()) return;
+    HostScope scope(job_.device(), "FSDP::all_gather (" + name_ + ")");
+    Device& dev = job_.device();
+    const int W = world(), r = group_.rank();
+    gathered_ = dev.empty({W * slot_}, DType::f32, ctx_.copy_in, name_ + ".all_gather_output");
+    const Tensor mine = gathered_.view(r * slot_, {slot_});  // the all-gather runs in place
+    std::vector<ops::CopyBlock> copy_in;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const int64_t n = params_[i]->chunks().padded_numel();
+      copy_in.push_back({params_[i]->sharded(), mine.view(offsets_[i], {n}), n, n, n});
+    }
+    ops::copy_blocks(dev, ctx_.copy_in, "all_gather_copy_in", 1, copy_in);
+    dev.wait(ctx_.all_gather, dev.record(ctx_.copy_in));  // the collective reads what the copy-in wrote
+    if (W > 1) group_.all_gather(mine, gathered_, ctx_.all_gather);
+    gathered_ready_ = dev.record(ctx_.all_gather);
+  }
+
+  // Copy-out on the compute stream, which first waits for the all-gather; the parameters become
+  // views of their unsharded tensors. In forward the gathered buffer stays referenced (in the
+  // context) until the next group's copy-out; elsewhere it is released at once, both
+  // all-gather streams waiting for this copy-out first.
+  void wait_for_unshard(bool forward) {
+    if (!unshard_pending()) return;
+    HostScope scope(job_.device(), "FSDP::wait_for_unshard (" + name_ + ")");
+    Device& dev = job_.device();
+    Stream& compute = dev.compute_stream();
+    if (forward) release_held_all_gather();  // the previous group's buffer: its copy-out is queued
+    dev.wait(compute, gathered_ready_);
+    const int W = world();
+    std::vector<ops::CopyBlock> copy_out;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      FsdpParam& p = *params_[i];
+      const int64_t n = p.chunks().padded_numel();
+      const Tensor whole = dev.empty({W * n}, DType::f32, compute, p.name() + ".unsharded");
+      copy_out.push_back({gathered_.view(offsets_[i], {W * slot_ - offsets_[i]}), whole, slot_, n, n});
+      unsharded_.push_back(whole);
+      model_.weights()[static_cast<size_t>(p.index())] = whole.view(0, p.shape());  // the first d0 rows
+    }
+    ops::copy_blocks(dev, compute, "split_with_sizes_copy", W, copy_out);
+    const Event copied_out = dev.record(compute);
+    if (forward) {
+      ctx_.all_gather_state = CommContext::Held{gathered_, copied_out};
+    } else {
+      dev.wait(ctx_.copy_in, copied_out);
+      dev.wait(ctx_.all_gather, copied_out);
+      dev.free(gathered_);
+    }
+    gathered_ = Tensor{};
+  }
+
+  // The root's post-forward: release the last group's gathered buffer (no next copy-out will).
+  void release_held_all_gather() {
+    if (!ctx_.all_gather_state) return;
+    Device& dev = job_.device();
+    dev.wait(ctx_.copy_in, ctx_.all_gather_state->done);
+    dev.wait(ctx_.all_gather, ctx_.all_gather_state->done);
+    dev.free(ctx_.all_gather_state->buffer);
+    ctx_.all_gather_state.reset();
+  }
+
+  // Free the unsharded parameters: allocated and read on the compute stream, nothing to wait for.
+  void reshard() {
+    Device& dev = job_.device();
+    for (auto& p : params_) model_.weights()[static_cast<size_t>(p->index())] = Tensor{};
+    for (Tensor& t : unsharded_) dev.free(t);
+    unsharded_.clear();
+  }
+
+  // Before backward reaches the group: zeroed gradients for its parameters (autograd's, which
+  // backward accumulates into; one buffer for the group, one fill).
+  void begin_grads() {
+    Device& dev = job_.device();
+    Stream& compute = dev.compute_stream();
+    int64_t n = 0;
+    for (auto& p : params_) n += p->chunks().numel();
+    grads_ = dev.empty({n}, DType::f32, compute, name_ + ".unsharded_grads");
+    ops::fill(dev, compute, grads_, 0.0f);
+    int64_t offset = 0;
+    for (auto& p : params_) {
+      model_.grads()[static_cast<size_t>(p->index())] = grads_.view(offset, p->shape());
+      offset += p->chunks().numel();
+    }
+  }
+
+  // After the group's backward: the reduce-scatter's copy-in on the compute stream, the
+  // gradients freed, the parameters resharded, then the reduce-scatter and the sharded
+  // gradients on the reduce-scatter stream.
+  void post_backward() {
+    HostScope scope(job_.device(), "FSDP::post_backward (" + name_ + ")");
+    Device& dev = job_.device();
+    Stream& compute = dev.compute_stream();
+    const int W = world();
+    // The previous group's reduce-scatter input: compute waits for that reduce-scatter before
+    // its memory (compute's pool) can be handed out again.
+    if (ctx_.reduce_scatter_state) {
+      dev.wait(compute, ctx_.reduce_scatter_state->done);
+      dev.free(ctx_.reduce_scatter_state->buffer);
+      ctx_.reduce_scatter_state.reset();
+    }
+    const Tensor input = dev.empty({W * slot_}, DType::f32, compute, name_ + ".reduce_scatter_input");
+    std::vector<ops::CopyBlock> chunk_cat;
+    int64_t offset = 0;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const Dim0Chunks& c = params_[i]->chunks();
+      chunk_cat.push_back({grads_.view(offset, {c.numel()}), input.view(offsets_[i], {W * slot_ - offsets_[i]}),
+                           c.padded_numel(), slot_, c.padded_numel()});
+      offset += c.numel();
+    }
+    ops::copy_blocks(dev, compute, "chunk_cat", W, chunk_cat);
+    for (auto& p : params_) model_.grads()[static_cast<size_t>(p->index())] = Tensor{};
+    dev.free(grads_);  // read by the copy-in, on its own stream: free at once
+    grads_ = Tensor{};
+    reshard();
+
+    dev.wait(ctx_.reduce_scatter, dev.record(compute));  // the copy-in is done
+    Tensor output = dev.empty({slot_}, DType::f32, ctx_.reduce_scatter, name_ + ".reduce_scatter_output");
+    if (W > 1) group_.reduce_scatter(input, output, ReduceOp::avg, ctx_.reduce_scatter);
+    else ops::copy(dev, ctx_.reduce_scatter, output, input);
+    ctx_.reduce_scatter_state = CommContext::Held{input, dev.record(ctx_.reduce_scatter)};
+    // The sharded gradients are views into the first output; later micro-batches add theirs.
+    if (!grad_shards_.defined()) {
+      grad_shards_ = output;
+    } else {
+      ops::add_(dev, ctx_.reduce_scatter, grad_shards_, output);
+      dev.free(output);
+    }
+    reduced_ = dev.record(ctx_.reduce_scatter);
+  }
+
+  // The end of backward: the optimizer (compute) needs the sharded gradients.
+  void finalize_backward() {
+    Device& dev = job_.device();
+    if (grad_shards_.defined()) dev.wait(dev.compute_stream(), reduced_);
+  }
+  // The root's final callback: the last reduce-scatter input is released.
+  void release_held_reduce_scatter() {
+    if (!ctx_.reduce_scatter_state) return;
+    Device& dev = job_.device();
+    dev.wait(dev.compute_stream(), ctx_.reduce_scatter_state->done);
+    dev.free(ctx_.reduce_scatter_state->buffer);
+    ctx_.reduce_scatter_state.reset();
+  }
+
+  // AdamW on this rank's rows of every parameter, then the gradients set to None (their
+  // buffer, the reduce-scatter's output, freed).
+  void optimizer_step(int64_t step, const ops::AdamW& hp) {
+    Device& dev = job_.device();
+    Stream& compute = dev.compute_stream();
+    for (size_t i = 0; i < params_.size(); ++i)
+      params_[i]->optimizer_step(compute, grad_shards_.view(offsets_[i], {params_[i]->local_numel()}), step, hp);
+    dev.free(grad_shards_);
+    grad_shards_ = Tensor{};
+  }
+
+  // Every parameter whole, and AdamW's first moment of each, on the host (all ranks call), for
+  // the check against single-rank training: placed into `params` and `moments` in model order.
+  void gather(std::vector<float>& params, std::vector<float>& moments) {
+    Device& dev = job_.device();
+    Stream& s = dev.compute_stream();
+    std::vector<size_t> starts(model_.params().size());
+    size_t at = 0;
+    for (size_t i = 0; i < starts.size(); ++i) starts[i] = at, at += static_cast<size_t>(model_.params()[i].shape.numel());
+    for (auto& p : params_) {
+      const int W = world();
+      const int64_t n = p->chunks().padded_numel();
+      Tensor all = dev.empty({W * n}, DType::f32, s, p->name() + ".gathered");
+      for (int which = 0; which < 2; ++which) {
+        Tensor mine = dev.empty({n}, DType::f32, s, p->name() + ".gather_input");
+        ops::fill(dev, s, mine, 0.0f);
+        const Tensor src = which == 0 ? p->local() : p->first_moment();
+        if (p->local_numel() > 0) ops::copy(dev, s, mine.view(0, {p->local_numel()}), src);
+        if (W > 1) group_.all_gather(mine, all, s);
+        else ops::copy(dev, s, all, mine);
+        std::vector<float> host(static_cast<size_t>(W * n));
+        copy_to_host(dev, s, host.data(), all);
+        std::vector<float>& out = which == 0 ? params : moments;
+        std::copy(host.begin(), host.begin() + p->chunks().numel(), out.begin() + static_cast<std::ptrdiff_t>(starts[static_cast<size_t>(p->index())]));
+        dev.free(mine);
+      }
+      dev.free(all);
+    }
+  }
+
+ private:
+  Job& job_;
+  GPT& model_;
+  std::string name_;
+  Comm& group_;
+  CommContext& ctx_;
+  std::vector<std::unique_ptr<FsdpParam>> params_;
+  std::vector<int64_t> offsets_;  // each parameter's place in a rank's slot
+  int64_t slot_ = 0;
+  Tensor gathered_;               // an all-gather issued, not yet copied out
+  Event gathered_ready_;
+  std::vector<Tensor> unsharded_;  // each parameter's padded rows, gathered
+  Tensor grads_;                   // the unsharded gradients, during the group's backward
+  Tensor grad_shards_;             // the reduce-scatter's output: this rank's rows of every gradient
+  Event reduced_;
+};
+
+}  // namespace ch09
