@@ -22,6 +22,7 @@
 
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,11 @@
 namespace ch09 {
 
 struct Fsdp2Options {
-  bool reshard_after_forward = true;  // the blocks' (ZeRO-3; false: ZeRO-2); never the root's
+  // reshard_after_forward, as the number of ranks a block's parameters stay spread over between
+  // its forward and its backward (never the root's: FSDP2's default keeps them): the group's
+  // size W (True, ZeRO-3: backward gathers them again), 1 (False, ZeRO-2: kept whole), or k
+  // dividing W (an integer, ZeRO++'s hpZ: each rank keeps 1/k, backward gathers over k ranks).
+  int reshard_after_forward = 0;  // 0: W
   // Explicit prefetching (set_modules_to_forward_prefetch / set_modules_to_backward_prefetch):
   // each block unshards the next `forward_prefetch` blocks after its own pre-forward, and the
   // `backward_prefetch` blocks before it after its pre-backward. 0: FSDP2's implicit prefetch.
@@ -45,6 +50,13 @@ class FullyShard {
   // no block holds); group l the l-th block.
   FullyShard(Job& job, GPT& model, uint64_t seed, Comm& group, CommContext& ctx, Fsdp2Options options)
       : dev_(job.device()), ctx_(ctx), options_(options) {
+    if (options_.reshard_after_forward == 0) options_.reshard_after_forward = group.size();
+    const int k = options_.reshard_after_forward;
+    if (k < 1 || group.size() % k != 0)
+      throw std::invalid_argument("reshard_after_forward: " + std::to_string(k) + " ranks do not divide the group's " +
+                                  std::to_string(group.size()));
+    // hpZ's groups: k consecutive ranks each (FSDP2 views the mesh as (-1, k)).
+    if (k > 1 && k < group.size()) post_forward_group_ = group.split(group.rank() / k, group.rank());
     const int L = static_cast<int>(model.config().layers);
     std::vector<int> root = model.params_of_unit(0);
     for (int i : model.params_of_unit(L + 1)) root.push_back(i);
@@ -75,9 +87,12 @@ class FullyShard {
   void post_forward(int g) {
     HostScope scope(dev_, "FSDP::post_forward");
     post_forward_order_.push_back(g);
+    const int k = options_.reshard_after_forward;
     if (g == 0) {
       group(0).release_held_all_gather();  // the last block's gathered buffer
-    } else if (options_.reshard_after_forward) {
+    } else if (post_forward_group_) {
+      group(g).reshard_to(*post_forward_group_);
+    } else if (k > 1) {
       group(g).reshard();
     }
   }
@@ -125,6 +140,7 @@ class FullyShard {
   Device& dev_;
   CommContext& ctx_;
   Fsdp2Options options_;
+  std::unique_ptr<Comm> post_forward_group_;  // hpZ's k ranks
   std::vector<std::unique_ptr<FsdpParamGroup>> groups_;
   std::vector<int> post_forward_order_;
 };

@@ -2,7 +2,8 @@
 //
 //   cmake --preset default && cmake --build --preset default
 //   mpirun -np 4 build/chapters/shardlab_ch09                              # tiny GPT: trains, checks itself
-//   mpirun -np 4 build/chapters/shardlab_ch09 --reshard-after-forward=false # ZeRO-2: no backward all-gather
+//   mpirun -np 4 build/chapters/shardlab_ch09 --reshard-after-forward false  # ZeRO-2: no backward all-gather
+//   mpirun -np 4 build/chapters/shardlab_ch09 --reshard-after-forward 2      # hpZ: backward gathers over 2 ranks
 //   mpirun -np 8 build/chapters/shardlab_ch09 --model gpt2-small --global-batch 8 --seq-len 1024 --compute skip
 //
 // Chapter 05's step, with FSDP2's data structures and streams in place of FSDP1's:
@@ -30,13 +31,28 @@ using namespace shardlab;
 namespace {
 
 TrainFlags train;
-bool reshard_after_forward = true;
+std::string reshard_after_forward = "true";
 int64_t forward_prefetch = 0, backward_prefetch = 0;
+
+// --reshard-after-forward as ranks: true is the world, false 1, an integer itself.
+int reshard_ranks(int world) {
+  return reshard_after_forward == "true" ? world : reshard_after_forward == "false" ? 1 : std::stoi(reshard_after_forward);
+}
 
 void add_flags(Flags& f) {
   add_train_flags(f, train);
-  f.add_bool("reshard-after-forward", &reshard_after_forward,
-             "free each block's parameters after its forward (ZeRO-3) and gather them again in backward; false: keep them (ZeRO-2)");
+  f.add_string("reshard-after-forward", &reshard_after_forward,
+               "true: free each block's parameters after its forward and gather them again in backward (ZeRO-3); false: keep "
+               "them (ZeRO-2); K: keep 1/K of them and gather over K ranks in backward (hpZ)",
+               [](const std::string& v) -> std::string {
+                 if (v == "true" || v == "false") return "";
+                 if (v.find_first_not_of("0123456789") == std::string::npos && v.size() < 6 && std::stoi(v) >= 1) return "";
+                 return "true, false or a number of ranks from 1";
+               });
+  f.add_check([](const RunShape& run) {
+    require(run.world_size % reshard_ranks(run.world_size) == 0, "--reshard-after-forward", reshard_after_forward,
+            "true, false or a number of ranks that divides the world size " + std::to_string(run.world_size));
+  });
   f.add_int("forward-prefetch", &forward_prefetch, 0, 64,
             "explicit forward prefetch: each block unshards the next N blocks after its own pre-forward (0: implicit)");
   f.add_int("backward-prefetch", &backward_prefetch, 0, 64,
@@ -45,8 +61,10 @@ void add_flags(Flags& f) {
 
 void lesson(Job& job) {
   Device& dev = job.device();
-  const ch09::Fsdp2Options options{reshard_after_forward, static_cast<int>(forward_prefetch), static_cast<int>(backward_prefetch)};
-  job.set_strategy(std::string("FSDP2 ") + (reshard_after_forward ? "reshard_after_forward=True" : "reshard_after_forward=False"));
+  const int keep = reshard_ranks(job.world_size());
+  const ch09::Fsdp2Options options{keep, static_cast<int>(forward_prefetch), static_cast<int>(backward_prefetch)};
+  job.set_strategy("FSDP2 reshard_after_forward=" +
+                   (keep == job.world_size() ? std::string("True") : keep == 1 ? std::string("False") : std::to_string(keep)));
 
   // 1. FSDP2's streams (FSDPCommContext), besides the compute stream: the copy-in of each
   //    all-gather, the all-gathers, the reduce-scatters.
@@ -90,7 +108,7 @@ void lesson(Job& job) {
 
   // 5. The collectives of the last step: FSDP1's counts (chapter 04), one all-gather and one
   //    reduce-scatter a group where FSDP1 had one a FlatParameter.
-  ch04::report_collective_counts(job, ch04::check_collective_counts(job, L, reshard_after_forward, job.steps(), job.world_size()));
+  ch04::report_collective_counts(job, ch04::check_collective_counts(job, L, keep > 1, job.steps(), job.world_size()));
 
   // 6. The proof: gathered, the shards equal single-rank training on the global batch.
   if (dev.computes() && setup.check_reference) {

@@ -66,6 +66,7 @@ class FsdpParamGroup {
     Device& dev = job_.device();
     for (Tensor* t : {&gathered_, &grad_shards_})
       if (t->defined()) dev.free(*t);
+    for (Tensor& t : post_forward_) dev.free(t);
     if (unsharded()) reshard();
   }
   FsdpParamGroup(const FsdpParamGroup&) = delete;
@@ -84,17 +85,27 @@ class FsdpParamGroup {
     if (unsharded() || unshard_pending()) return;
     HostScope scope(job_.device(), "FSDP::all_gather (" + name_ + ")");
     Device& dev = job_.device();
-    const int W = world(), r = group_.rank();
-    gathered_ = dev.empty({W * slot_}, DType::f32, ctx_.copy_in, name_ + ".all_gather_output");
-    const Tensor mine = gathered_.view(r * slot_, {slot_});  // the all-gather runs in place
+    // After a forward that resharded to a smaller group (reshard_to), gather from it: its k
+    // ranks hold every row between them, in the same layout, W / k times the rows each.
+    const bool from_post_forward = !post_forward_.empty();
+    Comm& group = from_post_forward ? *post_forward_group_ : group_;
+    if (from_post_forward) {  // the copy-in reads what the compute stream wrote after forward
+      dev.wait(ctx_.copy_in, post_forward_ready_);
+      dev.wait(ctx_.all_gather, post_forward_ready_);
+    }
+    gather_ranks_ = group.size();
+    const int64_t slot = slot_ * world() / gather_ranks_;
+    gathered_ = dev.empty({gather_ranks_ * slot}, DType::f32, ctx_.copy_in, name_ + ".all_gather_output");
+    const Tensor mine = gathered_.view(group.rank() * slot, {slot});  // the all-gather runs in place
     std::vector<ops::CopyBlock> copy_in;
     for (size_t i = 0; i < params_.size(); ++i) {
-      const int64_t n = params_[i]->chunks().padded_numel();
-      copy_in.push_back({params_[i]->sharded(), mine.view(offsets_[i], {n}), n, n, n});
+      const Tensor& part = from_post_forward ? post_forward_[i] : params_[i]->sharded();
+      const int64_t n = part.numel();
+      copy_in.push_back({part, mine.view(offsets_[i] * world() / gather_ranks_, {n}), n, n, n});
     }
     ops::copy_blocks(dev, ctx_.copy_in, "all_gather_copy_in", 1, copy_in);
     dev.wait(ctx_.all_gather, dev.record(ctx_.copy_in));  // the collective reads what the copy-in wrote
-    if (W > 1) group_.all_gather(mine, gathered_, ctx_.all_gather);
+    if (gather_ranks_ > 1) group.all_gather(mine, gathered_, ctx_.all_gather);
     gathered_ready_ = dev.record(ctx_.all_gather);
   }
 
@@ -109,17 +120,24 @@ class FsdpParamGroup {
     Stream& compute = dev.compute_stream();
     if (forward) release_held_all_gather();  // the previous group's buffer: its copy-out is queued
     dev.wait(compute, gathered_ready_);
-    const int W = world();
+    // The gathered buffer is [G, slot] for G gathering ranks: row g is rank g's slot. Split
+    // along the columns, each parameter's [G, W n / G] block is its padded rows in order.
+    const int W = world(), G = gather_ranks_;
+    const int64_t slot = slot_ * W / G;
     std::vector<ops::CopyBlock> copy_out;
     for (size_t i = 0; i < params_.size(); ++i) {
       FsdpParam& p = *params_[i];
-      const int64_t n = p.chunks().padded_numel();
-      const Tensor whole = dev.empty({W * n}, DType::f32, compute, p.name() + ".unsharded");
-      copy_out.push_back({gathered_.view(offsets_[i], {W * slot_ - offsets_[i]}), whole, slot_, n, n});
+      const int64_t width = p.chunks().padded_numel() * W / G, offset = offsets_[i] * W / G;
+      const Tensor whole = dev.empty({W * p.chunks().padded_numel()}, DType::f32, compute, p.name() + ".unsharded");
+      copy_out.push_back({gathered_.view(offset, {G * slot - offset}), whole, slot, width, width});
       unsharded_.push_back(whole);
       model_.weights()[static_cast<size_t>(p.index())] = whole.view(0, p.shape());  // the first d0 rows
     }
-    ops::copy_blocks(dev, compute, "split_with_sizes_copy", W, copy_out);
+    ops::copy_blocks(dev, compute, "split_with_sizes_copy", G, copy_out);
+    // The post-forward parts were read by the copy-in, which the compute stream has waited for
+    // (through the all-gather): their memory (compute's) is free to go.
+    for (Tensor& t : post_forward_) dev.free(t);
+    post_forward_.clear();
     const Event copied_out = dev.record(compute);
     if (forward) {
       ctx_.all_gather_state = CommContext::Held{gathered_, copied_out};
@@ -147,6 +165,24 @@ class FsdpParamGroup {
     for (auto& p : params_) model_.weights()[static_cast<size_t>(p->index())] = Tensor{};
     for (Tensor& t : unsharded_) dev.free(t);
     unsharded_.clear();
+  }
+
+  // reshard_after_forward=k (ZeRO++'s hpZ): instead of freeing the parameters after forward,
+  // keep 1/k of each (a copy, so the whole can go) for backward to gather over the k ranks of
+  // `small`, a group of consecutive ranks: k times the memory of a shard, none of the all-gather
+  // across the rest of the world (FSDPParam.to_sharded_post_forward).
+  void reshard_to(Comm& small) {
+    Device& dev = job_.device();
+    Stream& compute = dev.compute_stream();
+    post_forward_group_ = &small;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const int64_t n = unsharded_[i].numel() / small.size();
+      Tensor part = dev.empty({n}, DType::f32, compute, params_[i]->name() + ".sharded_post_forward");
+      ops::copy(dev, compute, part, unsharded_[i].view(small.rank() * n, {n}));
+      post_forward_.push_back(part);
+    }
+    post_forward_ready_ = dev.record(compute);
+    reshard();
   }
 
   // Before backward reaches the group: zeroed gradients for its parameters (autograd's, which
@@ -275,6 +311,10 @@ class FsdpParamGroup {
   int64_t slot_ = 0;
   Tensor gathered_;               // an all-gather issued, not yet copied out
   Event gathered_ready_;
+  int gather_ranks_ = 1;           // the ranks it gathers from: the group's, or the post-forward group's
+  Comm* post_forward_group_ = nullptr;
+  std::vector<Tensor> post_forward_;  // after reshard_to: this rank's part of each parameter
+  Event post_forward_ready_;
   std::vector<Tensor> unsharded_;  // each parameter's padded rows, gathered
   Tensor grads_;                   // the unsharded gradients, during the group's backward
   Tensor grad_shards_;             // the reduce-scatter's output: this rank's rows of every gradient

@@ -4,12 +4,21 @@
 shardlab_chapter_tests(ch09 shardlab_ch09)
 foreach(np 2 3)
   add_test(NAME "ch09: reshard_after_forward=False at world ${np} equals single-rank training, one all-gather a block"
-           COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch09> --reshard-after-forward=false --trace-dir ${RUNS} --run-name ch09_zero2_np${np})
+           COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch09> --reshard-after-forward false --trace-dir ${RUNS} --run-name ch09_zero2_np${np})
   set_tests_properties("ch09: reshard_after_forward=False at world ${np} equals single-rank training, one all-gather a block" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
   add_test(NAME "ch09: explicit prefetch (2 forward, 2 backward) at world ${np} equals single-rank training"
            COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch09> --forward-prefetch 2 --backward-prefetch 2 --trace-dir ${RUNS} --run-name ch09_explicit_np${np})
   set_tests_properties("ch09: explicit prefetch (2 forward, 2 backward) at world ${np} equals single-rank training" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
 endforeach()
+foreach(np 2 4)
+  add_test(NAME "ch09: reshard_after_forward=2 (hpZ) at world ${np} equals single-rank training"
+           COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch09> --reshard-after-forward 2 --trace-dir ${RUNS} --run-name ch09_hpz_np${np})
+  set_tests_properties("ch09: reshard_after_forward=2 (hpZ) at world ${np} equals single-rank training" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
+endforeach()
+add_test(NAME "ch09: --reshard-after-forward that does not divide the world exits 2 naming the flag"
+         COMMAND ${EXPECT_EXIT} 2 "--reshard-after-forward: got '2'; allowed: true, false or a number of ranks that divides the world size 3" --not "step 1/"
+                 -- ${MPIRUN} -np 3 $<TARGET_FILE:shardlab_ch09> --reshard-after-forward 2)
+set_tests_properties("ch09: --reshard-after-forward that does not divide the world exits 2 naming the flag" PROPERTIES PROCESSORS 3)
 shardlab_batch_checks(09)
 shardlab_same_loss_test(09)
 shardlab_one_step_test(09)
