@@ -104,7 +104,11 @@ void lesson(Job& job) {
   job.figure("backward_exposed_comm_ms", range_metrics(tl, split, last.end_us).exposed_comm_us / 1000.0, "ms",
              "backward and optimizer: the same");
   job.figure("peak_allocated_MiB", MiB(static_cast<double>(dev.allocator().peak_allocated())), "MiB", "measured, rank 0");
+  job.figure("peak_active_MiB", MiB(static_cast<double>(dev.allocator().peak_active())), "MiB",
+             "live tensors and freed ones still held for another stream (none: no record_stream)");
   job.figure("peak_reserved_MiB", MiB(static_cast<double>(dev.allocator().peak_reserved())), "MiB", "segments the allocator holds");
+  job.figure("alloc_retries_total", static_cast<double>(dev.allocator().stats().alloc_retries), "",
+             "the whole run (num_alloc_retries)");
 
   // 5. The collectives of the last step: FSDP1's counts (chapter 04), one all-gather and one
   //    reduce-scatter a group where FSDP1 had one a FlatParameter.

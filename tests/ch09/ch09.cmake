@@ -23,3 +23,9 @@ shardlab_batch_checks(09)
 shardlab_same_loss_test(09)
 shardlab_one_step_test(09)
 shardlab_flag_fuzz_test(09)
+# Chapter 06's thrash (gpt-15b, 8 simulated H100s), where FSDP1 without its rate limiter retries
+# allocations: FSDP2 needs no limiter, and never holds a freed block for another stream (it calls
+# no record_stream), so its active memory never exceeds its allocated memory.
+add_test(NAME "ch09: gpt-15b at 8 ranks (chapter 06's thrash): no alloc retries without a rate limiter, no freed block held for another stream"
+         COMMAND sh -c "${MPIRUN_SH} -np 8 $<TARGET_FILE:shardlab_ch09> --model gpt-15b --global-batch 8 --seq-len 1024 --compute skip --steps 3 --trace-dir '${RUNS}' --run-name ch09_thrash > /dev/null && ${Python3_EXECUTABLE} ${TESTS}/harness/check_figures.py '${RUNS}/ch09_thrash/summary.json' 'alloc_retries_total == 0' 'peak_active_MiB == peak_allocated_MiB'")
+set_tests_properties("ch09: gpt-15b at 8 ranks (chapter 06's thrash): no alloc retries without a rate limiter, no freed block held for another stream" PROPERTIES TIMEOUT 300 PROCESSORS 2)
