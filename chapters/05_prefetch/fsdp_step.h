@@ -35,7 +35,9 @@ struct StepMarks {
 };
 
 // One forward and backward pass over the bound micro-batch; returns the end of its forward.
-inline Event forward_backward(Device& dev, FsdpRuntime& fsdp, GPT& model) {
+// `Runtime`: FsdpRuntime, or any runtime with the same hooks (chapter 09's FSDP2).
+template <class Runtime = FsdpRuntime>
+Event forward_backward(Device& dev, Runtime& fsdp, GPT& model) {
   Stream& compute = dev.compute_stream();
   const int L = static_cast<int>(model.config().layers);
   const int embeddings = 0, head = L + 1;  // the model's units around the blocks 1..L

@@ -11,7 +11,8 @@
 //   pre_backward(g)    unshard g unless whole, wait; gradients to accumulate into; then prefetch:
 //                      the explicit list, else the group before g in post-forward order
 //   post_backward(g)   the reduce-scatter (param_group.h)
-//   final_callback     the compute stream waits for every sharded gradient
+//   end_of_backward    the compute stream waits for every sharded gradient (the root's final
+//                      callback)
 //
 // Prefetching in forward needs no code at all: unshard issues the copy-in and the all-gather
 // on FSDP2's streams and returns, and the copy-out only makes the compute stream wait, so the
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "02_naive_ddp/data_parallel.h"
+#include "05_prefetch/fsdp_step.h"
 #include "09_fsdp2/param_group.h"
 
 namespace ch09 {
@@ -111,7 +113,7 @@ class FullyShard {
 
   void post_backward(int g) { group(g).post_backward(); }
 
-  void final_callback() {
+  void end_of_backward() {
     HostScope scope(dev_, "FSDP::root_post_backward_final_callback");
     for (auto& x : groups_) x->finalize_backward();
     group(0).release_held_reduce_scatter();
@@ -145,49 +147,16 @@ class FullyShard {
   std::vector<int> post_forward_order_;
 };
 
-// Events on the compute stream that split a step for the metrics.
-struct StepMarks {
-  Event start, forward_done;
-};
-
-// One step: forward and backward through the hooks, then AdamW on the shards.
-inline StepMarks train_step(Job::Step& s, Job& job, FullyShard& fsdp, GPT& model, ch02::BatchShare& batch,
-                            const TrainSetup& setup, int64_t step) {
+// One step: forward and backward through the hooks in chapter 05's order (fsdp_step.h: where
+// PyTorch's modules and autograd call them), then AdamW on the shards.
+inline ch05::StepMarks train_step(Job::Step& s, Job& job, FullyShard& fsdp, GPT& model, ch02::BatchShare& batch,
+                                  const TrainSetup& setup, int64_t step) {
   Device& dev = job.device();
   Stream& compute = dev.compute_stream();
-  const int L = static_cast<int>(model.config().layers);
-  const int embeddings = 0, head = L + 1;  // the model's units around the blocks 1..L
-  StepMarks marks;
+  ch05::StepMarks marks;
   marks.start = dev.record(compute);
   batch.load(model, step, 0);
-
-  fsdp.root_pre_forward();
-  fsdp.pre_forward(0);
-  model.forward(embeddings, compute);
-  for (int l = 1; l <= L; ++l) {
-    HostScope scope(dev, "forward block " + std::to_string(l - 1));
-    fsdp.pre_forward(l);
-    model.forward(l, compute);
-    fsdp.post_forward(l);
-  }
-  model.forward(head, compute);
-  fsdp.post_forward(0);
-  marks.forward_done = dev.record(compute);
-
-  // Backward from the head: the root's post-backward only after the embeddings (the head
-  // shares their weight).
-  fsdp.pre_backward(0);
-  model.backward(head, compute);
-  for (int l = L; l >= 1; --l) {
-    HostScope scope(dev, "backward block " + std::to_string(l - 1));
-    fsdp.pre_backward(l);
-    model.backward(l, compute);
-    fsdp.post_backward(l);
-  }
-  model.backward(embeddings, compute);
-  fsdp.post_backward(0);
-  fsdp.final_callback();
-
+  marks.forward_done = ch05::forward_backward(dev, fsdp, model);
   fsdp.optimizer_step(step, setup.adamw);
   s.set_loss(model.mean_loss(compute));
   s.set_tokens(batch.tokens_per_step());

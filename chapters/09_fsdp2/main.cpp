@@ -88,7 +88,7 @@ void lesson(Job& job) {
   if (dev.computes()) job.say("loss floor (the data's entropy rate): " + std::to_string(batch.chain().entropy_rate()) + " nats\n");
 
   // 3. The steps.
-  ch09::StepMarks marks;
+  ch05::StepMarks marks;
   for (int64_t step = 0; step < job.steps(); ++step) {
     Job::Step s(job, step);
     marks = ch09::train_step(s, job, fsdp, model, batch, setup, step);
