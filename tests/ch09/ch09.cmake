@@ -1,6 +1,6 @@
 # Chapter 09: FSDP2.
 # Chapter 09 checks itself against single-rank training, at worlds 1-4 (3 finds padding bugs:
-# the tiny model's dims divide by neither 3 nor 4 everywhere), with FSDP1's collective counts.
+# the tiny model's dims do not divide by 3: 496 elements of padding), with FSDP1's collective counts.
 shardlab_chapter_tests(ch09 shardlab_ch09)
 foreach(np 2 3)
   add_test(NAME "ch09: reshard_after_forward=False at world ${np} equals single-rank training, one all-gather a block"
