@@ -24,6 +24,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 #include <memory>
 
@@ -276,26 +277,21 @@ class FsdpParamGroup {
   void gather(std::vector<float>& params, std::vector<float>& moments) {
     Device& dev = job_.device();
     Stream& s = dev.compute_stream();
-    std::vector<size_t> starts(model_.params().size());
-    size_t at = 0;
-    for (size_t i = 0; i < starts.size(); ++i) starts[i] = at, at += static_cast<size_t>(model_.params()[i].shape.numel());
+    const int W = world();
     for (auto& p : params_) {
-      const int W = world();
       const int64_t n = p->chunks().padded_numel();
       Tensor all = dev.empty({W * n}, DType::f32, s, p->name() + ".gathered");
-      for (int which = 0; which < 2; ++which) {
-        Tensor mine = dev.empty({n}, DType::f32, s, p->name() + ".gather_input");
-        ops::fill(dev, s, mine, 0.0f);
-        const Tensor src = which == 0 ? p->local() : p->first_moment();
-        if (p->local_numel() > 0) ops::copy(dev, s, mine.view(0, {p->local_numel()}), src);
+      Tensor mine = dev.empty({n}, DType::f32, s, p->name() + ".gather_input");
+      for (auto [piece, out] : {std::pair{p->local(), &params}, std::pair{p->first_moment(), &moments}}) {
+        ops::fill(dev, s, mine, 0.0f);  // the padding rows (an empty piece on a rank that holds none)
+        if (p->local_numel() > 0) ops::copy(dev, s, mine.view(0, {p->local_numel()}), piece);
         if (W > 1) group_.all_gather(mine, all, s);
         else ops::copy(dev, s, all, mine);
         std::vector<float> host(static_cast<size_t>(W * n));
         copy_to_host(dev, s, host.data(), all);
-        std::vector<float>& out = which == 0 ? params : moments;
-        std::copy(host.begin(), host.begin() + p->chunks().numel(), out.begin() + static_cast<std::ptrdiff_t>(starts[static_cast<size_t>(p->index())]));
-        dev.free(mine);
+        place_params(model_.params(), {p->index()}, host.data(), *out);  // its first d0 rows are the parameter
       }
+      dev.free(mine);
       dev.free(all);
     }
   }
