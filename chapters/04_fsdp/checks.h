@@ -26,22 +26,33 @@ struct CollectiveCounts {
   int allgathers = 0, reduce_scatters = 0, all_reduces = 0;
 };
 
-// The counts in step `step` (the last, usually); throws unless the all-gathers and
-// reduce-scatters are what the strategy issues, sharding over `shard_world` ranks (the world;
-// a node's ranks under chapter 07's HSDP), `micro_batches` forward and backward passes a step.
-inline CollectiveCounts check_collective_counts(Job& job, int blocks, bool full_shard, int64_t step,
-                                                int shard_world, int micro_batches = 1) {
+// The collectives of step `step`, counted from the trace.
+inline CollectiveCounts count_collectives(Job& job, int64_t step) {
   CollectiveCounts n;
   for (const auto& c : collective_metrics(job.device().trace().timeline()))
     if (c.step == step)
       n.allgathers += c.name == "allgather", n.reduce_scatters += c.name == "reduce_scatter",
           n.all_reduces += c.name == "allreduce";
+  return n;
+}
+
+// Throws unless `n` holds the all-gathers and reduce-scatters expected.
+inline void require_collective_counts(const CollectiveCounts& n, int allgathers, int reduce_scatters) {
+  if (n.allgathers != allgathers || n.reduce_scatters != reduce_scatters)
+    throw std::logic_error("expected " + std::to_string(allgathers) + " all-gathers and " +
+                           std::to_string(reduce_scatters) + " reduce-scatters per step, the trace shows " +
+                           std::to_string(n.allgathers) + " and " + std::to_string(n.reduce_scatters));
+}
+
+// The counts in step `step` (the last, usually); throws unless the all-gathers and
+// reduce-scatters are what the strategy issues, sharding over `shard_world` ranks (the world;
+// a node's ranks under chapter 07's HSDP), `micro_batches` forward and backward passes a step.
+inline CollectiveCounts check_collective_counts(Job& job, int blocks, bool full_shard, int64_t step,
+                                                int shard_world, int micro_batches = 1) {
+  const CollectiveCounts n = count_collectives(job, step);
   const int expect_gathers = shard_world == 1 ? 0 : micro_batches * ((full_shard ? 2 : 1) * blocks + 1);
   const int expect_scatters = shard_world == 1 ? 0 : micro_batches * (blocks + 1);
-  if (n.allgathers != expect_gathers || n.reduce_scatters != expect_scatters)
-    throw std::logic_error("expected " + std::to_string(expect_gathers) + " all-gathers and " +
-                           std::to_string(expect_scatters) + " reduce-scatters per step, the trace shows " +
-                           std::to_string(n.allgathers) + " and " + std::to_string(n.reduce_scatters));
+  require_collective_counts(n, expect_gathers, expect_scatters);
   return n;
 }
 
@@ -68,7 +79,7 @@ inline void report_memory(Job& job, const MemoryFormula& f) {
   job.figure("peak_allocated_MiB", MiB(dev.allocator().peak_allocated()), "MiB", "measured, rank 0, last step");
   job.figure("peak_reserved_MiB", MiB(dev.allocator().peak_reserved()), "MiB", "measured: segments the allocator holds");
   job.figure("formula_MiB", MiB(f.total()), "MiB", "sharded state + unsharded at the peak + activations");
-  job.figure("formula_sharded_state_MiB", MiB(f.sharded_state), "MiB", "parameters, gradients, AdamW m and v: 1/W each");
+  job.figure("formula_sharded_state_MiB", MiB(f.sharded_state), "MiB", "parameters, AdamW m and v: 1/W each (gradients freed by zero_grad)");
   job.figure("formula_unsharded_MiB", MiB(f.unsharded), "MiB", "gathered parameters and gradients in flight at the peak");
   job.figure("formula_activations_MiB", MiB(f.activations), "MiB", "saved activations + the head's backward");
 }

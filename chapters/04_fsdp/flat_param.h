@@ -84,7 +84,6 @@ class FlatParam {
     Stream& s = dev.compute_stream();
     const int64_t n = layout_.shard();
     shard_ = dev.empty({n}, DType::f32, s, name_ + ".shard");
-    grad_shard_ = dev.empty({n}, DType::f32, s, name_ + ".grad_shard");
     m_ = dev.empty({n}, DType::f32, s, name_ + ".adam.m");
     v_ = dev.empty({n}, DType::f32, s, name_ + ".adam.v");
     for (const Tensor* t : {&m_, &v_}) ops::fill(dev, s, *t, 0.0f);
@@ -98,7 +97,8 @@ class FlatParam {
     Device& dev = job_.device();
     for (Tensor* t : {&full_, &full_grad_})
       if (t->defined() && t->alloc_id != shard_.alloc_id && t->alloc_id != grad_shard_.alloc_id) dev.free(*t);
-    for (Tensor* t : {&v_, &m_, &grad_shard_, &shard_}) dev.free(*t);
+    if (grad_shard_.defined()) dev.free(grad_shard_);
+    for (Tensor* t : {&v_, &m_, &shard_}) dev.free(*t);
   }
 
   const std::string& name() const { return name_; }
@@ -147,8 +147,12 @@ class FlatParam {
   // parameters' gradients (backward accumulates into them).
   void begin_grad(Stream& compute) {
     Device& dev = job_.device();
-    if (grad_world() == 1) {
-      full_grad_ = grad_shard_;  // NO_SHARD: accumulate straight into the local gradient
+    if (grad_world() == 1) {  // NO_SHARD: backward accumulates straight into the local gradient
+      if (!grad_shard_.defined()) {
+        grad_shard_ = dev.empty({layout_.padded()}, DType::f32, compute, name_ + ".grad");
+        ops::fill(dev, compute, grad_shard_, 0.0f);
+      }
+      full_grad_ = grad_shard_;
     } else {
       full_grad_ = dev.empty({layout_.padded()}, DType::f32, compute, name_ + ".unsharded_grad");
       ops::fill(dev, compute, full_grad_, 0.0f);
@@ -185,25 +189,36 @@ class FlatParam {
     return reduced;
     // lab: end
   }
-  // The second, on stream `s`: postdivide, accumulate into this rank's gradient shard, free.
+  // The second, on stream `s`: postdivide, then keep the result as this rank's gradient shard
+  // (or add it to the one an earlier backward of this step left), free the rest.
   void accumulate_grad(Tensor reduced, Stream& s, Stream& post) {
     // lab: begin 04.reduce-grad "the gradient: predivide, reduce-scatter on the post-backward stream, postdivide, accumulate" #the-step uses(reduced, s, post)
     Device& dev = job_.device();
     const bool is_gradient = reduced.alloc_id == full_grad_.alloc_id;  // a group of one scattered nothing
     ops::scale_(dev, s, reduced, static_cast<float>(1.0 / gradient_factors(grad_world()).post));
-    ops::add_(dev, s, grad_shard_, reduced);
-    if (!is_gradient) {
-      if (&s != &post) dev.record_stream(reduced, s);  // allocated on post, last used on s
+    // Allocated on `post` (on the compute stream when it is the gradient itself) and used on
+    // `post` and `s`: both must be done with it before its memory is reused.
+    dev.record_stream(reduced, s);
+    dev.record_stream(reduced, post);
+    if (!grad_shard_.defined()) {
+      grad_shard_ = reduced;  // zero_grad left no gradient: the reduced shard becomes it, no copy
+    } else {
+      ops::add_(dev, s, grad_shard_, reduced);  // a second backward this step: accumulate
       dev.free(reduced);
     }
-    // Allocated on the compute stream, last used on `post`, or on `s` when it was the shard.
-    dev.record_stream(full_grad_, post);
-    if (is_gradient && &s != &post) dev.record_stream(full_grad_, s);
-    dev.free(full_grad_);
+    if (!is_gradient) {
+      dev.record_stream(full_grad_, post);  // allocated on the compute stream, last used on post
+      dev.free(full_grad_);
+    }
+    full_grad_ = Tensor{};
     // lab: end
   }
 
-  void zero_grad(Stream& compute) { ops::fill(job_.device(), compute, grad_shard_, 0.0f); }
+  // optimizer.zero_grad(set_to_none=True), PyTorch's default: the gradient shard is freed, not
+  // zeroed, so between the optimizer and this unit's next reduce-scatter it takes no memory.
+  void zero_grad() {
+    if (grad_shard_.defined()) job_.device().free(grad_shard_);
+  }
 
   // AdamW on this rank's shard only: 1/W of the optimizer's work and memory.
   void optimizer_step(Stream& compute, int64_t step, const ops::AdamW& hp) {
@@ -261,8 +276,9 @@ class FlatParam {
   std::vector<int> params_;
   Comm& group_;
   ShardLayout layout_;
-  Tensor shard_, grad_shard_, m_, v_;  // persistent: this rank's 1/W
-  Tensor full_, full_grad_;            // transient: the unsharded parameter and gradient
+  Tensor shard_, m_, v_;     // persistent: this rank's 1/W
+  Tensor grad_shard_;        // this rank's 1/W of the gradient, from its reduce-scatter to zero_grad
+  Tensor full_, full_grad_;  // transient: the unsharded parameter and gradient
   Event ready_;
 };
 

@@ -73,7 +73,7 @@ void lesson(Job& job) {
 
   for (int64_t step = 0; step < job.steps(); ++step) {
     Job::Step s(job, step);
-    for (int u = 0; u <= L; ++u) unit(u).zero_grad(compute);
+    for (int u = 0; u <= L; ++u) unit(u).zero_grad();
     batch.load(model, step, 0);
 
     // 2. Forward, unit by unit: gather just in time, free right after.

@@ -83,7 +83,7 @@ inline StepMarks fsdp_step(Job::Step& s, Job& job, FsdpRuntime& fsdp, GPT& model
   Stream& compute = dev.compute_stream();
   StepMarks marks;
   marks.start = dev.record(compute);
-  for (int u = 0; u < fsdp.units(); ++u) fsdp.flat(u).zero_grad(compute);
+  for (int u = 0; u < fsdp.units(); ++u) fsdp.flat(u).zero_grad();
   for (int64_t micro = 0; micro < micro_batches; ++micro) {
     batch.load(model, step, micro);
     marks.forward_done = forward_backward(dev, fsdp, model);

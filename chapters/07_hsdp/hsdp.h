@@ -13,13 +13,14 @@
 // Every unit is sharded over its node's group only: all-gathers never leave the node. Every
 // rank of a node's group saw different data from the same rank of the other nodes' groups, so
 // after the reduce-scatter inside the node each shard's gradient is still a partial sum: it is
-// all-reduced across the replicate group, on a stream of its own, and only then accumulated.
+// all-reduced across the replicate group, on a stream of its own, and only then kept as the
+// rank's gradient shard.
 //
 // The gradient's way (FSDP1's _reduce_grad under HYBRID_SHARD):
 //   compute stream        backward of unit u
 //   post_backward stream  waits on compute; predivide; reduce-scatter over the shard group
 //   all_reduce stream     waits on post_backward; all-reduce the shard over the replicate
-//                         group; postdivide; accumulate into the gradient shard
+//                         group; postdivide; the result is the gradient shard (chapter 04)
 //   end of backward       compute waits on post_backward and on all_reduce
 // The all-reduce has its own stream so that it does not hold up the next unit's reduce-scatter
 // (one NCCL communicator runs its operations in order, but two communicators need not wait
@@ -108,7 +109,7 @@ class HybridRuntime : public ch06::RateLimitedRuntime {
     // reduction: pytorch/pytorch#154888 is the bug where HSDP skipped it there.
     dev_.wait(all_reduce_, dev_.record(post_));
     replicate_->all_reduce(shard, ReduceOp::sum, all_reduce_);
-    // Postdivide by N / f (N = R x S) and accumulate, after the all-reduce, on its stream.
+    // Postdivide by N / f (N = R x S), after the all-reduce, on its stream: the gradient shard.
     flat.accumulate_grad(shard, all_reduce_, post_);
     // lab: end
   }

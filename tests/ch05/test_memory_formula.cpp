@@ -38,8 +38,8 @@ TEST_CASE("ch05: memory formula: BACKWARD_PRE holds one block more at the peak, 
 TEST_CASE("ch05: memory formula: world 1 and SHARD_GRAD_OP gather nothing more whatever the prefetch", "[prefetch]") {
   for (BackwardPrefetch p : {BackwardPrefetch::pre, BackwardPrefetch::post, BackwardPrefetch::none}) {
     INFO(ch05::to_string(p));
-    CHECK(unsharded(1, {true, p, false}) == 0);
-    CHECK(unsharded(1, {false, p, false}) == 0);
+    CHECK(unsharded(1, {true, p, false}) == kRootWhole / 2);  // the root's gradient only
+    CHECK(unsharded(1, {false, p, false}) == kRootWhole / 2);
     for (int w = 2; w <= 4; ++w) CHECK(unsharded(w, {false, p, true}) == kRootWhole + 2 * kBlockWhole);
   }
 }

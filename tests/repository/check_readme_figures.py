@@ -62,7 +62,7 @@ UNCHECKED = re.compile(r"<!-- unchecked: (.*?) -->", re.S)
 DERIVED = re.compile(r"<!-- derived: (.*?) -->", re.S)
 ARITHMETIC = re.compile(r"^[0-9.+\-*/() ]+$")
 LITERAL = re.compile(r"\d+(?:\.\d+)?")
-QUOTED = re.compile(r"(?<![\w.,])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.\d{3,})(?![\w.]|,\d)")
+QUOTED = re.compile(r"(?<![\w.,])(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.\d{3,})(?![\w]|\.\d|,\d)")
 INLINE_CODE = re.compile(r"`(?:[^`\n]|\n(?![ \t]*\n))*`")  # a code span: no blank line inside
 PRINTED = re.compile(r"-?\d+(?:\.\d+)?")
 
