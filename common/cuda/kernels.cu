@@ -204,8 +204,8 @@ __global__ void embedding_backward_kernel(float* dwte, float* dwpe, const float*
   const int32_t p = positions ? positions[t] : static_cast<int32_t>(t);
   check_index("embedding_backward", "id", ix, "position", bt, V, c == 0);
   check_index("embedding_backward", "position id", p, "column", t, P, c == 0 && bt < T);
-  atomicAdd(&dwte[ix * C + c], dout[i]);
-  atomicAdd(&dwpe[static_cast<int64_t>(p) * C + c], dout[i]);
+  if (dwte != nullptr) atomicAdd(&dwte[ix * C + c], dout[i]);  // null: frozen
+  if (dwpe != nullptr) atomicAdd(&dwpe[static_cast<int64_t>(p) * C + c], dout[i]);
 }
 
 }  // namespace
@@ -422,7 +422,9 @@ void matmul_backward_input(float* dinp, const float* dout, const float* weight, 
 
 void matmul_backward_weight(float* dweight, float* dbias, const float* dout, const float* inp, int64_t N, int64_t C,
                             int64_t OC, void* stream) {
-  sgemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, C, stream, "matmul_backward_weight");
+  // dweight null: a frozen weight, no GEMM (its bias may still train).
+  if (dweight != nullptr)
+    sgemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, C, stream, "matmul_backward_weight");
   if (dbias == nullptr || N == 0 || OC == 0) return;
   bias_backward_kernel<<<column_sum_grid(N, OC), dim3(kWarp, kWarp), 0, as_stream(stream)>>>(
       dbias, dout, N, row_length(OC, "matmul_backward_weight"));

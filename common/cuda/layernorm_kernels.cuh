@@ -69,9 +69,9 @@ static __global__ void backward_kernel(float* dinp, float* dweight, float* dbias
   }
 
   __syncthreads();  // every warp has added its rows
-  for (int i = threadIdx.x; i < C; i += blockDim.x) {
-    atomicAdd(&dweight[i], dw[i]);
-    atomicAdd(&dbias[i], db[i]);
+  for (int i = threadIdx.x; i < C; i += blockDim.x) {  // null: a frozen weight or bias, nothing to add
+    if (dweight != nullptr) atomicAdd(&dweight[i], dw[i]);
+    if (dbias != nullptr) atomicAdd(&dbias[i], db[i]);
   }
 }
 

@@ -69,6 +69,23 @@ int64_t gpt_num_params(const GPTConfig& cfg) {
   return n;
 }
 
+std::vector<bool> frozen_params(const GPTConfig& cfg, const std::string& patterns) {
+  const std::vector<ParamInfo> params = gpt_params(cfg);
+  std::vector<bool> frozen(params.size(), false);
+  size_t start = 0;
+  while (start < patterns.size()) {
+    const size_t end = std::min(patterns.find(',', start), patterns.size());
+    const std::string pattern = patterns.substr(start, end - start);
+    start = end + 1;
+    bool matched = false;
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!pattern.empty() && params[i].name.find(pattern) != std::string::npos) frozen[i] = matched = true;
+    if (!matched)
+      throw std::invalid_argument("no parameter of " + cfg.name + " has \"" + pattern + "\" in its name (names: wte.weight, wpe.weight, h.0.ln_1.weight, h.0.attn.c_attn.weight, ..., ln_f.bias)");
+  }
+  return frozen;
+}
+
 void gpt_init_param(const GPTConfig& cfg, int index, uint64_t seed, float* out) {
   const ParamInfo p = gpt_params(cfg)[static_cast<size_t>(index)];
   const int64_t n = p.shape.numel();
@@ -355,7 +372,8 @@ void GPT::backward_embeddings(Stream& s) {
   if (positions_.defined())
     ops::embedding_backward(dev_, s, grads_[0], grads_[1], dresidual_, tokens_, positions_);
   else
-    ops::embedding_backward(dev_, s, grads_[0], grads_[1].view(0, {T_, cfg_.channels}), dresidual_, tokens_);
+    ops::embedding_backward(dev_, s, grads_[0], grads_[1].defined() ? grads_[1].view(0, {T_, cfg_.channels}) : Tensor{},
+                            dresidual_, tokens_);
   release(dresidual_);
 }
 

@@ -45,6 +45,10 @@ struct ParamInfo {
 // Parameter names, shapes and units of a config, in order. Pure: no device needed.
 std::vector<ParamInfo> gpt_params(const GPTConfig& cfg);
 int64_t gpt_num_params(const GPTConfig& cfg);
+// The parameters that do not train (PyTorch's requires_grad=False), by index: those whose name
+// contains one of the comma-separated `patterns` ("wte,wpe", "attn", "h.0."); none when empty.
+// Throws std::invalid_argument naming a pattern that matches no parameter.
+std::vector<bool> frozen_params(const GPTConfig& cfg, const std::string& patterns);
 // The initial value of parameter `index` (GPT-2's scheme): depends on (cfg, index, seed) only,
 // never on the world size or rank.
 void gpt_init_param(const GPTConfig& cfg, int index, uint64_t seed, float* out);
@@ -101,7 +105,8 @@ class GPT {
   int64_t B() const { return B_; }
   int64_t T() const { return T_; }
 
-  // Where parameter i and its gradient live now. Bind before the units that use them run.
+  // Where parameter i and its gradient live now. Bind before the units that use them run. An
+  // undefined gradient is a frozen parameter's: backward computes no gradient for it.
   std::vector<Tensor>& weights() { return weights_; }
   std::vector<Tensor>& grads() { return grads_; }
   // Every parameter and gradient as consecutive views of two flat buffers, in the model's order.

@@ -176,14 +176,12 @@ std::vector<Access> with_positions(std::vector<Access> fixed, const Tensor& posi
 }
 
 // Rows [N, C] of a layernorm with its saved statistics and parameters.
-void check_layernorm(const char* op, const Tensor& inp, const Tensor& mean, const Tensor& rstd, const Tensor& weight,
-                     const Tensor& bias) {
-  require_f32(op, {inp, mean, rstd, weight, bias});
+void check_layernorm(const char* op, const Tensor& inp, const Tensor& mean, const Tensor& rstd, const Tensor& weight) {
+  require_f32(op, {inp, mean, rstd, weight});
   const int64_t C = last_dim(inp, op, "inp");
   require_numel(mean, inp.numel() / std::max<int64_t>(C, 1), op, "mean");
   require_numel(rstd, mean.numel(), op, "rstd");
   require_numel(weight, C, op, "weight");
-  require_numel(bias, C, op, "bias");
 }
 
 // out [.., OC] = inp [.., C] @ weight [OC, C]^T (+ bias [OC]).
@@ -361,24 +359,36 @@ void embedding_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& 
 // dwte and its position's row of dwpe (a token seen twice gets both contributions).
 void embedding_backward(Device& dev, Stream& s, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
                         const Tensor& tokens, const Tensor& positions) {
-  check_embedding("embedding_backward", dout, tokens, dwte, dwpe, positions);
-  const int64_t B = dout.shape[0], T = dout.shape[1], C = dout.shape[2], V = dwte.shape[0], P = dwpe.shape[0];
+  // A frozen table (requires_grad=False) has no gradient; both frozen, there is nothing to do.
+  if (!dwte.defined() && !dwpe.defined()) return;
+  // The checks want both tables' shapes: a frozen one is stood in for by the other's, its
+  // writes skipped below. (Forward has checked the ids against the real tables.)
+  const Tensor& wte_shape = dwte.defined() ? dwte : dwpe;
+  const Tensor& wpe_shape = dwpe.defined() ? dwpe : dwte;
+  check_embedding("embedding_backward", dout, tokens, wte_shape, wpe_shape, positions);
+  const int64_t B = dout.shape[0], T = dout.shape[1], C = dout.shape[2];
+  const int64_t V = dwte.defined() ? dwte.shape[0] : INT32_MAX, P = dwpe.defined() ? dwpe.shape[0] : INT32_MAX;
+  std::vector<Access> acc{reads(dout), reads(tokens)};
+  for (const Tensor* t : {&dwte, &dwpe})
+    if (t->defined()) acc.push_back(reads(*t));
+  for (const Tensor* t : {&dwte, &dwpe})
+    if (t->defined()) acc.push_back(writes(*t));
   Kernel k = kernel("embedding_backward", 2.0 * static_cast<double>(B * T * C), KernelClass::elementwise,
-                    with_positions({reads(dout), reads(tokens), reads(dwte), reads(dwpe), writes(dwte), writes(dwpe)},
-                                   positions));
+                    with_positions(std::move(acc), positions));
   k.bytes = static_cast<double>(tokens.bytes() + dout.bytes() + (positions.defined() ? positions.bytes() : 0)) +
-            8.0 * static_cast<double>((B * T + T) * C);
+            8.0 * static_cast<double>(((dwte.defined() ? B * T : 0) + (dwpe.defined() ? T : 0)) * C);
   dev.launch(s, k, [=] {
+    float* wte = dwte.defined() ? dwte.f32() : nullptr;
+    float* wpe = dwpe.defined() ? dwpe.f32() : nullptr;
     for_each_token("embedding_backward", tokens, positions, B, T, V, P, [&](int64_t bt, int64_t t, int64_t ix) {
       const float* d = dout.f32() + bt * C;
-      float* w = dwte.f32() + ix * C;
-      float* p = dwpe.f32() + t * C;
-      for (int64_t i = 0; i < C; ++i) {
-        w[i] += d[i];
-        p[i] += d[i];
-      }
+      if (wte != nullptr)
+        for (int64_t i = 0; i < C; ++i) wte[ix * C + i] += d[i];
+      if (wpe != nullptr)
+        for (int64_t i = 0; i < C; ++i) wpe[t * C + i] += d[i];
     });
-  }, SHARDLAB_ON_CUDA(cuda::embedding_backward(dwte.f32(), dwpe.f32(), dout.f32(), tokens.i32(),
+  }, SHARDLAB_ON_CUDA(cuda::embedding_backward(dwte.defined() ? dwte.f32() : nullptr,
+                                               dwpe.defined() ? dwpe.f32() : nullptr, dout.f32(), tokens.i32(),
                                                positions.defined() ? positions.i32() : nullptr, B, T, C, V, P, stream)));
 }
 
@@ -387,8 +397,9 @@ void embedding_backward(Device& dev, Stream& s, const Tensor& dwte, const Tensor
 // FLOPs per element: 1 for the mean, 3 for the variance, 4 for the output.
 void layernorm_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& mean, const Tensor& rstd,
                        const Tensor& inp, const Tensor& weight, const Tensor& bias) {
-  check_layernorm("layernorm_forward", inp, mean, rstd, weight, bias);
-  require_f32(out, "layernorm_forward");
+  check_layernorm("layernorm_forward", inp, mean, rstd, weight);
+  require_f32("layernorm_forward", {out, bias});
+  require_numel(bias, weight.numel(), "layernorm_forward", "bias");
   require_shape(out, inp.shape, "layernorm_forward", "out");
   const int64_t C = weight.numel(), N = mean.numel();
   dev.launch(s, kernel("layernorm_forward", 8.0 * static_cast<double>(N * C), KernelClass::elementwise,
@@ -423,19 +434,29 @@ void layernorm_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& 
 void layernorm_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                         const Tensor& dout, const Tensor& inp, const Tensor& weight, const Tensor& mean,
                         const Tensor& rstd) {
-  check_layernorm("layernorm_backward", inp, mean, rstd, weight, dbias);
-  require_f32("layernorm_backward", {dinp, dweight, dout});
+  // dweight and dbias may each be undefined: a frozen parameter (requires_grad=False) gets no
+  // gradient, and the input's gradient is computed all the same.
+  check_layernorm("layernorm_backward", inp, mean, rstd, weight);
+  require_f32("layernorm_backward", {dinp, dout});
   require_shape(dinp, inp.shape, "layernorm_backward", "dinp");
   require_shape(dout, inp.shape, "layernorm_backward", "dout");
-  require_numel(dweight, weight.numel(), "layernorm_backward", "dweight");
+  for (auto [t, what] : {std::pair{&dweight, "dweight"}, std::pair{&dbias, "dbias"}}) {
+    if (!t->defined()) continue;
+    require_f32(*t, "layernorm_backward");
+    require_numel(*t, weight.numel(), "layernorm_backward", what);
+  }
   const int64_t C = weight.numel(), N = mean.numel();
-  dev.launch(s, kernel("layernorm_backward", 19.0 * static_cast<double>(N * C), KernelClass::elementwise,
-                       {reads(dout), reads(inp), reads(weight), reads(mean), reads(rstd), reads(dinp),
-                        reads(dweight), reads(dbias), writes(dinp), writes(dweight), writes(dbias)}),
+  std::vector<Access> acc{reads(dout), reads(inp), reads(weight), reads(mean), reads(rstd), reads(dinp)};
+  for (const Tensor* t : {&dweight, &dbias})
+    if (t->defined()) acc.push_back(reads(*t));
+  acc.push_back(writes(dinp));
+  for (const Tensor* t : {&dweight, &dbias})
+    if (t->defined()) acc.push_back(writes(*t));
+  dev.launch(s, kernel("layernorm_backward", 19.0 * static_cast<double>(N * C), KernelClass::elementwise, std::move(acc)),
              [=] {
                const float* w = weight.f32();
-               float* dw = dweight.f32();
-               float* db = dbias.f32();
+               float* dw = dweight.defined() ? dweight.f32() : nullptr;
+               float* db = dbias.defined() ? dbias.f32() : nullptr;
                for (int64_t n = 0; n < N; ++n) {
                  const float* x = inp.f32() + n * C;
                  const float* dy = dout.f32() + n * C;
@@ -449,15 +470,16 @@ void layernorm_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor
                  }
                  dnorm_mean /= static_cast<float>(C);
                  dnorm_norm_mean /= static_cast<float>(C);
-                 for (int64_t i = 0; i < C; ++i) {
-                   db[i] += dy[i];
-                   dw[i] += (x[i] - m) * rs * dy[i];
-                 }
+                 if (db != nullptr)
+                   for (int64_t i = 0; i < C; ++i) db[i] += dy[i];
+                 if (dw != nullptr)
+                   for (int64_t i = 0; i < C; ++i) dw[i] += (x[i] - m) * rs * dy[i];
                  for (int64_t i = 0; i < C; ++i)
                    dx[i] += (w[i] * dy[i] - dnorm_mean - (x[i] - m) * rs * dnorm_norm_mean) * rs;
                }
              },
-             SHARDLAB_ON_CUDA(cuda::layernorm_backward(dinp.f32(), dweight.f32(), dbias.f32(), dout.f32(), inp.f32(),
+             SHARDLAB_ON_CUDA(cuda::layernorm_backward(dinp.f32(), dweight.defined() ? dweight.f32() : nullptr,
+                                                       dbias.defined() ? dbias.f32() : nullptr, dout.f32(), inp.f32(),
                                                        weight.f32(), mean.f32(), rstd.f32(), N, C, stream)));
 }
 
@@ -491,31 +513,37 @@ void matmul_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& inp
 void matmul_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                      const Tensor& dout, const Tensor& inp, const Tensor& weight) {
   check_matmul("matmul_backward", dout, inp, weight, dbias);
-  require_f32("matmul_backward", {dinp, dweight});
+  require_f32("matmul_backward", {dinp});
   require_shape(dinp, inp.shape, "matmul_backward", "dinp");
-  require_shape(dweight, weight.shape, "matmul_backward", "dweight");
+  if (dweight.defined()) {
+    require_f32(dweight, "matmul_backward");
+    require_shape(dweight, weight.shape, "matmul_backward", "dweight");
+  }
   const int64_t OC = weight.shape[0], C = weight.shape[1], N = inp.numel() / std::max<int64_t>(C, 1);
   const double flops = 2.0 * static_cast<double>(N * C * OC);
   dev.launch(s, kernel("matmul_backward_input", flops, KernelClass::matmul,
                        {reads(dout), reads(weight), reads(dinp), writes(dinp)}),
              [=] { gemm(N, C, OC, {dout.f32(), OC, 1}, {weight.f32(), C, 1}, dinp.f32(), C); },
              SHARDLAB_ON_CUDA(cuda::matmul_backward_input(dinp.f32(), dout.f32(), weight.f32(), N, C, OC, stream)));
-  std::vector<Access> acc{reads(dout), reads(inp), reads(dweight), writes(dweight)};
-  if (dbias.defined()) {
-    acc.push_back(reads(dbias));
-    acc.push_back(writes(dbias));
-  }
-  dev.launch(s, kernel("matmul_backward_weight", flops + (dbias.defined() ? static_cast<double>(N * OC) : 0.0),
+  // A frozen weight (requires_grad=False) has no gradient: its GEMM is not run at all, a third
+  // of the layer's backward FLOPs saved. A bias may still train on its own.
+  if (!dweight.defined() && !dbias.defined()) return;
+  std::vector<Access> acc{reads(dout)};
+  if (dweight.defined()) acc.insert(acc.end(), {reads(inp), reads(dweight), writes(dweight)});
+  if (dbias.defined()) acc.insert(acc.end(), {reads(dbias), writes(dbias)});
+  dev.launch(s, kernel(dweight.defined() ? "matmul_backward_weight" : "matmul_backward_bias",
+                       (dweight.defined() ? flops : 0.0) + (dbias.defined() ? static_cast<double>(N * OC) : 0.0),
                        KernelClass::matmul, std::move(acc)),
              [=] {
-               gemm(OC, C, N, {dout.f32(), 1, OC}, {inp.f32(), C, 1}, dweight.f32(), C);
+               if (dweight.defined()) gemm(OC, C, N, {dout.f32(), 1, OC}, {inp.f32(), C, 1}, dweight.f32(), C);
                if (!dbias.defined()) return;
                float* db = dbias.f32();
                const float* dy = dout.f32();
                for (int64_t n = 0; n < N; ++n)
                  for (int64_t j = 0; j < OC; ++j) db[j] += dy[n * OC + j];
              },
-             SHARDLAB_ON_CUDA(cuda::matmul_backward_weight(dweight.f32(), dbias.defined() ? dbias.f32() : nullptr,
+             SHARDLAB_ON_CUDA(cuda::matmul_backward_weight(dweight.defined() ? dweight.f32() : nullptr,
+                                                           dbias.defined() ? dbias.f32() : nullptr,
                                                            dout.f32(), inp.f32(), N, C, OC, stream)));
 }
 

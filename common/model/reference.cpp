@@ -35,6 +35,12 @@ ReferenceRun train_reference(const TrainSetup& setup, const std::function<void(i
   Tensor m = dev.empty({n}, DType::f32, s, "adam.m");
   Tensor v = dev.empty({n}, DType::f32, s, "adam.v");
   model.bind_flat(params, grads);
+  // A frozen parameter gets no gradient (backward skips it) and no update (AdamW runs on the
+  // others, parameter by parameter: the same elementwise math as over the flat buffer).
+  const std::vector<bool> frozen = frozen_params(cfg, setup.freeze);
+  const bool any_frozen = std::find(frozen.begin(), frozen.end(), true) != frozen.end();
+  for (size_t i = 0; i < frozen.size(); ++i)
+    if (frozen[i]) model.grads()[i] = Tensor{};
   copy_to_device(dev, s, params, gpt_init_all(cfg, setup.seed).data());
   ops::fill(dev, s, m, 0.0f);
   ops::fill(dev, s, v, 0.0f);
@@ -51,7 +57,14 @@ ReferenceRun train_reference(const TrainSetup& setup, const std::function<void(i
     ops::fill(dev, s, grads, 0.0f);
     for (int u = 0; u < model.units(); ++u) model.forward(u, s);
     for (int u = model.units() - 1; u >= 0; --u) model.backward(u, s);
-    ops::adamw(dev, s, params, grads, m, v, step + 1, setup.adamw);
+    if (!any_frozen) ops::adamw(dev, s, params, grads, m, v, step + 1, setup.adamw);
+    int64_t offset = 0;
+    for (size_t i = 0; any_frozen && i < frozen.size(); ++i) {
+      const int64_t k = model.params()[i].shape.numel();
+      const auto piece = [&](const Tensor& t) { return t.view(offset, {k}); };
+      if (!frozen[i]) ops::adamw(dev, s, piece(params), piece(grads), piece(m), piece(v), step + 1, setup.adamw);
+      offset += k;
+    }
     run.losses.push_back(model.mean_loss(s));
     if (after_step) after_step(step + 1);
   }

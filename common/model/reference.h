@@ -23,6 +23,7 @@ struct TrainSetup {
   int fanout = 4;            // successors per state of the Markov chain
   ops::AdamW adamw{3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f};
   bool check_reference = true;  // chapters: compare the result with train_reference at the end
+  std::string freeze;           // parameters that do not train (frozen_params' patterns in model.h)
 };
 
 struct ReferenceRun {

@@ -253,6 +253,11 @@ TEST_CASE("cuda: embedding forward and backward", "[cuda]") {
     expect_close("embedding_forward", gout, out, kElementwise);
     expect_close("embedding_backward dwte", gdwte, dwte, kElementwise);
     expect_close("embedding_backward dwpe", gdwpe, dwpe, kElementwise);
+    // The token embedding frozen (chapter 09's --freeze): dwte null, dwpe as before.
+    ops::embedding_backward(f.dev, f.s(), Tensor{}, dwpe, dout, tokens, positions);
+    cuda::embedding_backward(nullptr, gdwpe.f(), gdout.f(), gtok.i(), pos, B, T, C, V, maxT, f.stream());
+    f.finish();
+    expect_close("embedding_backward dwpe (wte frozen)", gdwpe, dwpe, kElementwise);
   }
 }
 
@@ -277,6 +282,16 @@ TEST_CASE("cuda: layernorm forward and backward", "[cuda]") {
   expect_close("layernorm_backward dinp", gdinp, dinp, kReduction);
   expect_close("layernorm_backward dweight", gdweight, dweight, kReduction);
   expect_close("layernorm_backward dbias", gdbias, dbias, kReduction);
+
+  // A frozen bias (chapter 09's --freeze): its gradient is null and skipped, the others as before.
+  Tensor dinp2 = f.random({N, C}), dweight2 = f.random({C});
+  Gpu gdinp2(dinp2), gdweight2(dweight2);
+  ops::layernorm_backward(f.dev, f.s(), dinp2, dweight2, Tensor{}, dout, inp, weight, mean, rstd);
+  cuda::layernorm_backward(gdinp2.f(), gdweight2.f(), nullptr, gdout.f(), ginp.f(), gweight.f(), gmean.f(), grstd.f(),
+                           N, C, f.stream());
+  f.finish();
+  expect_close("layernorm_backward dinp (bias frozen)", gdinp2, dinp2, kReduction);
+  expect_close("layernorm_backward dweight (bias frozen)", gdweight2, dweight2, kReduction);
 }
 
 TEST_CASE("cuda: matmul forward and backward (cuBLAS)", "[cuda]") {
@@ -305,6 +320,13 @@ TEST_CASE("cuda: matmul forward and backward (cuBLAS)", "[cuda]") {
     expect_close("matmul_backward dweight" + tag, gdweight, dweight, kGemm);
     if (with_bias) expect_close("matmul_backward dbias", gdbias, dbias, kReduction);
   }
+  // A frozen weight whose bias trains (chapter 09's --freeze): no GEMM, the bias's column sums.
+  Tensor inp = f.random({B, T, C}), dout = f.random({B, T, OC}), dbias = f.random({OC});
+  Gpu ginp(inp), gdout(dout), gdbias(dbias);
+  ops::matmul_backward(f.dev, f.s(), f.random({B, T, C}), Tensor{}, dbias, dout, inp, f.random({OC, C}));
+  cuda::matmul_backward_weight(nullptr, gdbias.f(), gdout.f(), ginp.f(), N, C, OC, f.stream());
+  f.finish();
+  expect_close("matmul_backward dbias (weight frozen)", gdbias, dbias, kReduction);
 }
 
 TEST_CASE("cuda: cross-entropy forward and backward", "[cuda]") {

@@ -207,3 +207,22 @@ TEST_CASE("model: every op a training step launches, and every other op, has a C
   CHECK(dev.launched_without_cuda == std::set<std::string>{});  // names any op that lacks one
 }
 #endif
+
+TEST_CASE("model: frozen_params picks parameters by parts of their names and names a part that matches none", "[model]") {
+  const GPTConfig cfg = GPTConfig::preset("tiny");  // 2 blocks of 12 parameters
+  const std::vector<ParamInfo> params = gpt_params(cfg);
+  const auto names = [&](const std::vector<bool>& frozen) {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < frozen.size(); ++i)
+      if (frozen[i]) out.push_back(params[i].name);
+    return out;
+  };
+  CHECK(names(frozen_params(cfg, "")).empty());
+  CHECK(names(frozen_params(cfg, "wte,wpe")) == std::vector<std::string>{"wte.weight", "wpe.weight"});
+  CHECK(names(frozen_params(cfg, "h.1.attn.c_proj")) ==
+        std::vector<std::string>{"h.1.attn.c_proj.weight", "h.1.attn.c_proj.bias"});
+  CHECK(names(frozen_params(cfg, "h.0.")).size() == 12);
+  CHECK(names(frozen_params(cfg, "attn")).size() == 8);
+  CHECK(names(frozen_params(cfg, "ln_f,ln_f")) == std::vector<std::string>{"ln_f.weight", "ln_f.bias"});
+  CHECK_THROWS_WITH(frozen_params(cfg, "attn,nosuch"), Catch::Contains("no parameter of tiny has \"nosuch\" in its name"));
+}

@@ -309,6 +309,77 @@ TEST_CASE("ops: matmul forward and backward, with and without bias, against fini
   CHECK(dev.race_reports().empty());
 }
 
+// A frozen parameter (requires_grad=False) passes an undefined gradient: every other gradient
+// must be bit for bit what it is when all are computed, and the frozen one's work is not
+// launched (checked under --compute skip with 1 FLOP per us, as the next test does).
+TEST_CASE("ops: backward with frozen parameters (undefined gradients) computes the others exactly and skips the rest", "[ops]") {
+  SimDevice dev = real_device();
+  Stream& s = dev.compute_stream();
+  const int64_t B = 2, T = 5, N = B * T, C = 7, OC = 9, V = 11, maxT = 6;
+  Tensor inp = tensor_of(dev, {B, T, C}, random_vec(N * C), "inp"), tw = tensor_of(dev, {OC, C}, random_vec(OC * C), "w");
+  Tensor dout = tensor_of(dev, {B, T, OC}, random_vec(N * OC), "dout");
+  Tensor all_dinp = zeros(dev, {B, T, C}, "dinp"), all_dw = zeros(dev, {OC, C}, "dw"), all_db = zeros(dev, {OC}, "db");
+  ops::matmul_backward(dev, s, all_dinp, all_dw, all_db, dout, inp, tw);
+
+  Tensor linp = tensor_of(dev, {N, C}, random_vec(N * C, 2.0), "inp"), lw = tensor_of(dev, {C}, random_vec(C), "w");
+  Tensor lb = tensor_of(dev, {C}, random_vec(C), "b"), ldout = tensor_of(dev, {N, C}, random_vec(N * C), "dout");
+  Tensor out = zeros(dev, {N, C}, "out"), mean = zeros(dev, {N}, "mean"), rstd = zeros(dev, {N}, "rstd");
+  ops::layernorm_forward(dev, s, out, mean, rstd, linp, lw, lb);
+  Tensor all_ldinp = zeros(dev, {N, C}, "dinp"), all_ldw = zeros(dev, {C}, "dw"), all_ldb = zeros(dev, {C}, "db");
+  ops::layernorm_backward(dev, s, all_ldinp, all_ldw, all_ldb, ldout, linp, lw, mean, rstd);
+
+  Tensor tokens = i32_tensor(dev, {B, T}, random_ids(N, V), "tokens"), edout = tensor_of(dev, {B, T, C}, random_vec(N * C), "dout");
+  Tensor all_dwte = zeros(dev, {V, C}, "dwte"), all_dwpe = zeros(dev, {maxT, C}, "dwpe");
+  ops::embedding_backward(dev, s, all_dwte, all_dwpe, edout, tokens);
+
+  for (const bool first_frozen : {true, false})
+    for (const bool second_frozen : {true, false}) {
+      INFO((first_frozen ? "weight frozen" : "weight trains") << ", " << (second_frozen ? "bias frozen" : "bias trains"));
+      const auto maybe = [&](bool frozen, Shape shape) { return frozen ? Tensor{} : zeros(dev, shape, "grad"); };
+      Tensor dinp = zeros(dev, {B, T, C}, "dinp"), dw = maybe(first_frozen, {OC, C}), db = maybe(second_frozen, {OC});
+      ops::matmul_backward(dev, s, dinp, dw, db, dout, inp, tw);
+      CHECK(values(dinp) == values(all_dinp));
+      if (dw.defined()) CHECK(values(dw) == values(all_dw));
+      if (db.defined()) CHECK(values(db) == values(all_db));
+
+      Tensor ldinp = zeros(dev, {N, C}, "dinp"), ldw = maybe(first_frozen, {C}), ldb = maybe(second_frozen, {C});
+      ops::layernorm_backward(dev, s, ldinp, ldw, ldb, ldout, linp, lw, mean, rstd);
+      CHECK(values(ldinp) == values(all_ldinp));
+      if (ldw.defined()) CHECK(values(ldw) == values(all_ldw));
+      if (ldb.defined()) CHECK(values(ldb) == values(all_ldb));
+
+      Tensor dwte = maybe(first_frozen, {V, C}), dwpe = maybe(second_frozen, {maxT, C});  // wte and wpe
+      ops::embedding_backward(dev, s, dwte, dwpe, edout, tokens);
+      if (dwte.defined()) CHECK(values(dwte) == values(all_dwte));
+      if (dwpe.defined()) CHECK(values(dwpe) == values(all_dwpe));
+    }
+  CHECK(dev.race_reports().empty());
+
+  Profile p = load_profile("h100-8");
+  p.kernel_overhead_us = 0;
+  p.matmul_efficiency = p.attention_efficiency = p.elementwise_efficiency = 1;
+  p.peak_tflops_f32 = 1e-6;  // 1 FLOP per us
+  p.hbm_GBps = 1e12;
+  SimDevice skip(p, ComputeMode::skip, 0, 1);
+  Stream& k = skip.compute_stream();
+  auto f32 = [&](Shape shape) { return skip.empty(shape, DType::f32, k, "t"); };
+  const auto& slices = skip.trace().timeline().slices;
+  const auto launched = [&](const std::function<void()>& op) {
+    const size_t before = slices.size();
+    op();
+    std::vector<double> us;
+    for (size_t i = before; i < slices.size(); ++i) us.push_back(slices[i].end_us - slices[i].start_us);
+    return us;
+  };
+  Tensor x = f32({B, T, C}), w = f32({OC, C}), bias = f32({OC}), y = f32({B, T, OC});
+  const double input = 2.0 * N * C * OC;
+  CHECK(launched([&] { ops::matmul_backward(skip, k, x, Tensor{}, Tensor{}, y, x, w); }) == std::vector<double>{input});
+  CHECK(launched([&] { ops::matmul_backward(skip, k, x, Tensor{}, bias, y, x, w); }) == std::vector<double>{input, 1.0 * N * OC});
+  Tensor tok = skip.empty({B, T}, DType::i32, k, "ids"), wpe = f32({T, C});
+  CHECK(launched([&] { ops::embedding_backward(skip, k, Tensor{}, Tensor{}, x, tok); }).empty());
+  CHECK(launched([&] { ops::embedding_backward(skip, k, Tensor{}, wpe, x, tok); }).size() == 1);
+}
+
 // Shapes that cross every cache block of the gemm (256 deep, 64 rows, 512 columns) and end in
 // partial register blocks; the backward is checked against its closed form in double.
 TEST_CASE("ops: matmul at shapes past the cache blocks matches the double closed form", "[ops]") {
