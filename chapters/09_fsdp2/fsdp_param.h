@@ -59,14 +59,17 @@ class FsdpParam {
  public:
   // Parameter `index` of `model`, sharded over `world` ranks of which this is `rank`; every
   // rank starts from the same initial values (they depend on the seed only) and keeps its rows.
-  FsdpParam(Job& job, const GPT& model, int index, int rank, int world, uint64_t seed)
+  // A frozen parameter (requires_grad=False) is gathered like any other, but has no gradient
+  // and no optimizer state.
+  FsdpParam(Job& job, const GPT& model, int index, int rank, int world, uint64_t seed, bool requires_grad = true)
       : job_(job), index_(index), name_(model.params()[static_cast<size_t>(index)].name),
-        shape_(model.params()[static_cast<size_t>(index)].shape), chunks_(dim0_chunks(shape_, world)), rank_(rank) {
+        shape_(model.params()[static_cast<size_t>(index)].shape), chunks_(dim0_chunks(shape_, world)), rank_(rank),
+        requires_grad_(requires_grad) {
     Device& dev = job.device();
     Stream& s = dev.compute_stream();
     sharded_ = dev.empty({chunks_.padded_numel()}, DType::f32, s, name_ + ".sharded");
     ops::fill(dev, s, sharded_, 0.0f);  // the padding rows stay zero
-    if (local_numel() > 0) {
+    if (requires_grad_ && local_numel() > 0) {
       m_ = dev.empty({local_numel()}, DType::f32, s, name_ + ".adam.m");
       v_ = dev.empty({local_numel()}, DType::f32, s, name_ + ".adam.v");
       for (const Tensor* t : {&m_, &v_}) ops::fill(dev, s, *t, 0.0f);
@@ -90,6 +93,7 @@ class FsdpParam {
   const std::string& name() const { return name_; }
   const Shape& shape() const { return shape_; }
   const Dim0Chunks& chunks() const { return chunks_; }
+  bool requires_grad() const { return requires_grad_; }
 
   // This rank's padded rows: the all-gather's input.
   const Tensor& sharded() const { return sharded_; }
@@ -99,10 +103,10 @@ class FsdpParam {
 
   // AdamW on this rank's rows, given their gradient (local_numel() elements).
   void optimizer_step(Stream& s, const Tensor& grad, int64_t step, const ops::AdamW& hp) {
-    if (local_numel() > 0) ops::adamw(job_.device(), s, local(), grad, m_, v_, step + 1, hp);
+    if (m_.defined()) ops::adamw(job_.device(), s, local(), grad, m_, v_, step + 1, hp);
   }
-  // This rank's rows of AdamW's first moment (empty where it holds none).
-  Tensor first_moment() const { return local_numel() > 0 ? m_ : Tensor{}; }
+  // This rank's rows of AdamW's first moment (undefined where it holds none, or frozen).
+  Tensor first_moment() const { return m_; }
 
  private:
   Job& job_;
@@ -111,6 +115,7 @@ class FsdpParam {
   Shape shape_;
   Dim0Chunks chunks_;
   int rank_;
+  bool requires_grad_;
   Tensor sharded_;  // [c * row_numel]: the rows, then zero rows
   Tensor m_, v_;    // AdamW's moments of the real rows
 };

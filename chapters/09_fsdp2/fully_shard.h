@@ -50,7 +50,9 @@ class FullyShard {
  public:
   // Group 0 is the root: the embeddings, the final norm and so the tied head (the parameters
   // no block holds); group l the l-th block.
-  FullyShard(Job& job, GPT& model, uint64_t seed, Comm& group, CommContext& ctx, Fsdp2Options options)
+  // `frozen[i]`: model parameter i does not train (requires_grad=False).
+  FullyShard(Job& job, GPT& model, uint64_t seed, Comm& group, CommContext& ctx, Fsdp2Options options,
+             const std::vector<bool>& frozen)
       : dev_(job.device()), ctx_(ctx), options_(options) {
     if (options_.reshard_after_forward == 0) options_.reshard_after_forward = group.size();
     const int k = options_.reshard_after_forward;
@@ -62,10 +64,10 @@ class FullyShard {
     const int L = static_cast<int>(model.config().layers);
     std::vector<int> root = model.params_of_unit(0);
     for (int i : model.params_of_unit(L + 1)) root.push_back(i);
-    groups_.push_back(std::make_unique<FsdpParamGroup>(job, model, "root", root, seed, group, ctx));
+    groups_.push_back(std::make_unique<FsdpParamGroup>(job, model, "root", root, seed, group, ctx, frozen));
     for (int l = 1; l <= L; ++l)
       groups_.push_back(std::make_unique<FsdpParamGroup>(job, model, "block" + std::to_string(l - 1),
-                                                         model.params_of_unit(l), seed, group, ctx));
+                                                         model.params_of_unit(l), seed, group, ctx, frozen));
   }
 
   int groups() const { return static_cast<int>(groups_.size()); }
@@ -104,7 +106,9 @@ class FullyShard {
     group(g).unshard();
     group(g).wait_for_unshard(/*forward=*/false);
     group(g).begin_grads();
-    if (options_.backward_prefetch > 0) {
+    // A group with an explicit list prefetches it; one without (the root, the first block)
+    // falls back to the implicit prefetch, as FSDPState._pre_backward does per module.
+    if (options_.backward_prefetch > 0 && g >= 2) {
       for (int k = 1; k <= options_.backward_prefetch && g - k >= 1; ++k) group(g - k).unshard();
     } else if (const std::optional<int> before = before_in_post_forward_order(g)) {
       group(*before).unshard();

@@ -4,6 +4,7 @@
 //   mpirun -np 4 build/chapters/shardlab_ch09                              # tiny GPT: trains, checks itself
 //   mpirun -np 4 build/chapters/shardlab_ch09 --reshard-after-forward false  # ZeRO-2: no backward all-gather
 //   mpirun -np 4 build/chapters/shardlab_ch09 --reshard-after-forward 2      # hpZ: backward gathers over 2 ranks
+//   mpirun -np 4 build/chapters/shardlab_ch09 --freeze attn                  # the attention weights do not train
 //   mpirun -np 8 build/chapters/shardlab_ch09 --model gpt2-small --global-batch 8 --seq-len 1024 --compute skip
 //
 // Chapter 05's step, with FSDP2's data structures and streams in place of FSDP1's:
@@ -32,6 +33,7 @@ namespace {
 
 TrainFlags train;
 std::string reshard_after_forward = "true";
+std::string freeze;
 int64_t forward_prefetch = 0, backward_prefetch = 0;
 
 // --reshard-after-forward as ranks: true is the world, false 1, an integer itself.
@@ -53,6 +55,18 @@ void add_flags(Flags& f) {
     require(run.world_size % reshard_ranks(run.world_size) == 0, "--reshard-after-forward", reshard_after_forward,
             "true, false or a number of ranks that divides the world size " + std::to_string(run.world_size));
   });
+  f.add_string("freeze", &freeze,
+               "parameters that do not train (requires_grad=False): those whose name contains one of these comma-separated "
+               "parts, e.g. wte,wpe or attn or h.0. (default: none)");
+  f.add_check([](const RunShape&) {
+    std::string why;
+    try {
+      frozen_params(GPTConfig::preset(train.model), freeze);
+    } catch (const std::invalid_argument& e) {
+      why = e.what();
+    }
+    require(why.empty(), "--freeze", freeze, "comma-separated parts of parameter names; " + why);
+  });
   f.add_int("forward-prefetch", &forward_prefetch, 0, 64,
             "explicit forward prefetch: each block unshards the next N blocks after its own pre-forward (0: implicit)");
   f.add_int("backward-prefetch", &backward_prefetch, 0, 64,
@@ -71,13 +85,15 @@ void lesson(Job& job) {
   ch09::CommContext ctx{dev.create_stream("all_gather_copy_in"), dev.create_stream("all_gather"),
                         dev.create_stream("reduce_scatter")};
 
-  const TrainSetup setup = train_setup(train, job.steps(), job.flags().seed);
+  TrainSetup setup = train_setup(train, job.steps(), job.flags().seed);
+  setup.freeze = freeze;
   ch02::BatchShare batch(job, setup, 1);
   GPT model(dev, GPTConfig::preset(setup.model), batch.rows(), setup.T);
   const int L = static_cast<int>(model.config().layers);
 
-  // 2. fully_shard on every block, then on the model (the root).
-  ch09::FullyShard fsdp(job, model, setup.seed, job.world(), ctx, options);
+  // 2. fully_shard on every block, then on the model (the root); --freeze sets requires_grad=False.
+  const std::vector<bool> frozen = frozen_params(model.config(), setup.freeze);
+  ch09::FullyShard fsdp(job, model, setup.seed, job.world(), ctx, options, frozen);
   int64_t padding = 0, params = 0;
   for (int g = 0; g < fsdp.groups(); ++g)
     for (const auto& p : fsdp.group(g).params())
@@ -114,8 +130,14 @@ void lesson(Job& job) {
              "the whole run (num_alloc_retries)");
 
   // 5. The collectives of the last step: FSDP1's counts (chapter 04), one all-gather and one
-  //    reduce-scatter a group where FSDP1 had one a FlatParameter.
-  ch04::report_collective_counts(job, ch04::check_collective_counts(job, L, keep > 1, job.steps(), job.world_size()));
+  //    reduce-scatter a group where FSDP1 had one a FlatParameter; a group with nothing to train
+  //    reduces nothing.
+  int training_groups = 0;
+  for (int g = 0; g < fsdp.groups(); ++g) training_groups += fsdp.group(g).grad_slot() > 0;
+  const ch04::CollectiveCounts counts = ch04::count_collectives(job, job.steps());
+  const bool one = job.world_size() == 1;
+  ch04::require_collective_counts(counts, one ? 0 : (keep > 1 ? 2 : 1) * L + 1, one ? 0 : training_groups);
+  ch04::report_collective_counts(job, counts);
 
   // 6. The proof: gathered, the shards equal single-rank training on the global batch.
   if (dev.computes() && setup.check_reference) {

@@ -11,9 +11,11 @@
 //                stream: the [W, slot] buffer split along its columns into each parameter's
 //                padded [W, c] rows, whose first d0 rows are the parameter.
 //   reduce       copy-in (chunk_cat) on the compute stream: each gradient's r-th chunk, padded,
-//                into row r of a [W, slot] buffer; the reduce-scatter (average) on the
+//                into row r of a [W, grad slot] buffer; the reduce-scatter (average) on the
 //                reduce-scatter stream, whose output slot holds this rank's chunk of every
-//                gradient: the sharded gradients are views into it.
+//                gradient: the sharded gradients are views into it. Only the parameters that
+//                train have gradients: a frozen one (requires_grad=False) is gathered, never
+//                reduced, and a group with none to train reduces nothing.
 //
 // Chapter 05 freed the gathered buffer at once and told the allocator with record_stream
 // that another stream still reads it; the memory came back only when the CPU saw that work done,
@@ -53,14 +55,19 @@ struct CommContext {
 
 class FsdpParamGroup {
  public:
-  // The parameters `params` of `model` (indices, in the group's order), sharded over `group`.
+  // The parameters `params` of `model` (indices, in the group's order), sharded over `group`;
+  // `frozen[i]`: model parameter i does not train.
   FsdpParamGroup(Job& job, GPT& model, std::string name, const std::vector<int>& params, uint64_t seed, Comm& group,
-                 CommContext& ctx)
+                 CommContext& ctx, const std::vector<bool>& frozen)
       : job_(job), model_(model), name_(std::move(name)), group_(group), ctx_(ctx) {
     for (int i : params) {
-      params_.push_back(std::make_unique<FsdpParam>(job, model, i, group.rank(), group.size(), seed));
+      const bool trains = !frozen[static_cast<size_t>(i)];
+      params_.push_back(std::make_unique<FsdpParam>(job, model, i, group.rank(), group.size(), seed, trains));
+      const int64_t padded = params_.back()->chunks().padded_numel();
       offsets_.push_back(slot_);
-      slot_ += params_.back()->chunks().padded_numel();
+      slot_ += padded;
+      grad_offsets_.push_back(trains ? grad_slot_ : -1);
+      if (trains) grad_slot_ += padded;
     }
   }
   ~FsdpParamGroup() {
@@ -75,7 +82,8 @@ class FsdpParamGroup {
 
   const std::string& name() const { return name_; }
   int world() const { return group_.size(); }
-  int64_t slot() const { return slot_; }  // elements each rank sends and receives
+  int64_t slot() const { return slot_; }            // elements each rank sends and receives in an all-gather
+  int64_t grad_slot() const { return grad_slot_; }  // and in a reduce-scatter: the parameters that train
   const std::vector<std::unique_ptr<FsdpParam>>& params() const { return params_; }
   bool unsharded() const { return !unsharded_.empty(); }
   bool unshard_pending() const { return gathered_.defined(); }
@@ -188,15 +196,19 @@ class FsdpParamGroup {
 
   // Before backward reaches the group: zeroed gradients for its parameters (autograd's, which
   // backward accumulates into; one buffer for the group, one fill).
+  // A frozen parameter's gradient stays undefined: backward skips it.
   void begin_grads() {
     Device& dev = job_.device();
     Stream& compute = dev.compute_stream();
     int64_t n = 0;
-    for (auto& p : params_) n += p->chunks().numel();
+    for (auto& p : params_)
+      if (p->requires_grad()) n += p->chunks().numel();
+    if (n == 0) return;
     grads_ = dev.empty({n}, DType::f32, compute, name_ + ".unsharded_grads");
     ops::fill(dev, compute, grads_, 0.0f);
     int64_t offset = 0;
     for (auto& p : params_) {
+      if (!p->requires_grad()) continue;
       model_.grads()[static_cast<size_t>(p->index())] = grads_.view(offset, p->shape());
       offset += p->chunks().numel();
     }
@@ -210,6 +222,10 @@ class FsdpParamGroup {
     Device& dev = job_.device();
     Stream& compute = dev.compute_stream();
     const int W = world();
+    if (!grads_.defined()) {  // every parameter frozen: nothing to reduce
+      reshard();
+      return;
+    }
     // The previous group's reduce-scatter input: compute waits for that reduce-scatter before
     // its memory (compute's pool) can be handed out again.
     if (ctx_.reduce_scatter_state) {
@@ -217,13 +233,16 @@ class FsdpParamGroup {
       dev.free(ctx_.reduce_scatter_state->buffer);
       ctx_.reduce_scatter_state.reset();
     }
-    const Tensor input = dev.empty({W * slot_}, DType::f32, compute, name_ + ".reduce_scatter_input");
+    const int64_t slot = grad_slot_;
+    const Tensor input = dev.empty({W * slot}, DType::f32, compute, name_ + ".reduce_scatter_input");
     std::vector<ops::CopyBlock> chunk_cat;
     int64_t offset = 0;
     for (size_t i = 0; i < params_.size(); ++i) {
+      if (!params_[i]->requires_grad()) continue;
       const Dim0Chunks& c = params_[i]->chunks();
-      chunk_cat.push_back({grads_.view(offset, {c.numel()}), input.view(offsets_[i], {W * slot_ - offsets_[i]}),
-                           c.padded_numel(), slot_, c.padded_numel()});
+      const int64_t at = grad_offsets_[i];
+      chunk_cat.push_back({grads_.view(offset, {c.numel()}), input.view(at, {W * slot - at}), c.padded_numel(), slot,
+                           c.padded_numel()});
       offset += c.numel();
     }
     ops::copy_blocks(dev, compute, "chunk_cat", W, chunk_cat);
@@ -233,7 +252,7 @@ class FsdpParamGroup {
     reshard();
 
     dev.wait(ctx_.reduce_scatter, dev.record(compute));  // the copy-in is done
-    Tensor output = dev.empty({slot_}, DType::f32, ctx_.reduce_scatter, name_ + ".reduce_scatter_output");
+    Tensor output = dev.empty({slot}, DType::f32, ctx_.reduce_scatter, name_ + ".reduce_scatter_output");
     if (W > 1) group_.reduce_scatter(input, output, ReduceOp::avg, ctx_.reduce_scatter);
     else ops::copy(dev, ctx_.reduce_scatter, output, input);
     ctx_.reduce_scatter_state = CommContext::Held{input, dev.record(ctx_.reduce_scatter)};
@@ -264,10 +283,12 @@ class FsdpParamGroup {
   // AdamW on this rank's rows of every parameter, then the gradients set to None (their
   // buffer, the reduce-scatter's output, freed).
   void optimizer_step(int64_t step, const ops::AdamW& hp) {
+    if (!grad_shards_.defined()) return;  // nothing here trains
     Device& dev = job_.device();
     Stream& compute = dev.compute_stream();
     for (size_t i = 0; i < params_.size(); ++i)
-      params_[i]->optimizer_step(compute, grad_shards_.view(offsets_[i], {params_[i]->local_numel()}), step, hp);
+      if (params_[i]->requires_grad())
+        params_[i]->optimizer_step(compute, grad_shards_.view(grad_offsets_[i], {params_[i]->local_numel()}), step, hp);
     dev.free(grad_shards_);
     grad_shards_ = Tensor{};
   }
@@ -284,7 +305,7 @@ class FsdpParamGroup {
       Tensor mine = dev.empty({n}, DType::f32, s, p->name() + ".gather_input");
       for (auto [piece, out] : {std::pair{p->local(), &params}, std::pair{p->first_moment(), &moments}}) {
         ops::fill(dev, s, mine, 0.0f);  // the padding rows (an empty piece on a rank that holds none)
-        if (p->local_numel() > 0) ops::copy(dev, s, mine.view(0, {p->local_numel()}), piece);
+        if (p->local_numel() > 0 && piece.defined()) ops::copy(dev, s, mine.view(0, {p->local_numel()}), piece);
         if (W > 1) group_.all_gather(mine, all, s);
         else ops::copy(dev, s, all, mine);
         std::vector<float> host(static_cast<size_t>(W * n));
@@ -303,8 +324,10 @@ class FsdpParamGroup {
   Comm& group_;
   CommContext& ctx_;
   std::vector<std::unique_ptr<FsdpParam>> params_;
-  std::vector<int64_t> offsets_;  // each parameter's place in a rank's slot
+  std::vector<int64_t> offsets_;       // each parameter's place in a rank's all-gather slot
   int64_t slot_ = 0;
+  std::vector<int64_t> grad_offsets_;  // and in its reduce-scatter slot (-1: frozen)
+  int64_t grad_slot_ = 0;
   Tensor gathered_;               // an all-gather issued, not yet copied out
   Event gathered_ready_;
   int gather_ranks_ = 1;           // the ranks it gathers from: the group's, or the post-forward group's

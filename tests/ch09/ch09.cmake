@@ -2,6 +2,8 @@
 # Chapter 09 checks itself against single-rank training, at worlds 1-4 (3 finds padding bugs:
 # the tiny model's dims do not divide by 3: 496 elements of padding), with FSDP1's collective counts.
 shardlab_chapter_tests(ch09 shardlab_ch09)
+shardlab_readme_test(ch09 shardlab_ch09 09_fsdp2)
+shardlab_reference_trace_test(ch09 shardlab_ch09 09_fsdp2 2 --model gpt2-small --global-batch 2 --seq-len 1024 --compute skip --steps 2)
 foreach(np 2 3)
   add_test(NAME "ch09: reshard_after_forward=False at world ${np} equals single-rank training, one all-gather a block"
            COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch09> --reshard-after-forward false --trace-dir ${RUNS} --run-name ch09_zero2_np${np})
@@ -29,3 +31,17 @@ shardlab_flag_fuzz_test(09)
 add_test(NAME "ch09: gpt-15b at 8 ranks (chapter 06's thrash): no alloc retries without a rate limiter, no freed block held for another stream"
          COMMAND sh -c "${MPIRUN_SH} -np 8 $<TARGET_FILE:shardlab_ch09> --model gpt-15b --global-batch 8 --seq-len 1024 --compute skip --steps 3 --trace-dir '${RUNS}' --run-name ch09_thrash > /dev/null && ${Python3_EXECUTABLE} ${TESTS}/harness/check_figures.py '${RUNS}/ch09_thrash/summary.json' 'alloc_retries_total == 0' 'peak_active_MiB == peak_allocated_MiB'")
 set_tests_properties("ch09: gpt-15b at 8 ranks (chapter 06's thrash): no alloc retries without a rate limiter, no freed block held for another stream" PROPERTIES TIMEOUT 300 PROCESSORS 2)
+# Frozen parameters (requires_grad=False): gathered, never reduced nor updated; the reference
+# trainer freezes the same ones. A block frozen whole reduces nothing (one reduce-scatter fewer
+# a step, the chapter's own count); the tied token embedding frozen stops the head's gradient too.
+foreach(case "2;attn" "3;wte,h.0." "4;ln_,mlp.c_proj.bias")
+  list(GET case 0 np)
+  list(GET case 1 parts)
+  add_test(NAME "ch09: --freeze ${parts} at world ${np} equals single-rank training with the same parameters frozen"
+           COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch09> --freeze ${parts} --trace-dir ${RUNS} --run-name ch09_freeze_np${np})
+  set_tests_properties("ch09: --freeze ${parts} at world ${np} equals single-rank training with the same parameters frozen" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
+endforeach()
+add_test(NAME "ch09: --freeze naming no parameter exits 2 naming the flag"
+         COMMAND ${EXPECT_EXIT} 2 "--freeze: got 'attn,nosuch'; allowed: comma-separated parts of parameter names; no parameter of tiny has \"nosuch\" in its name" --not "step 1/"
+                 -- ${MPIRUN} -np 2 $<TARGET_FILE:shardlab_ch09> --freeze attn,nosuch)
+set_tests_properties("ch09: --freeze naming no parameter exits 2 naming the flag" PROPERTIES PROCESSORS 2)

@@ -41,7 +41,7 @@ if(TARGET shardlab-view AND XVFB_RUN)
   # Each chapter README shows a viewer screenshot of its reference trace with the command that
   # made it: the command is rerun as written (into the build tree) and its picture checked.
   foreach(chapter 00_streams_events 01_ring_allreduce 02_naive_ddp 03_bucketed_ddp 04_fsdp 05_prefetch 06_rate_limit 07_hsdp
-                  08_context_parallel)
+                  08_context_parallel 09_fsdp2)
     add_test(NAME "viewer: the README screenshot command of chapter ${chapter} works"
              COMMAND ${Python3_EXECUTABLE} ${TESTS}/viewer/check_readme_screenshot.py $<TARGET_FILE:shardlab-view>
                      ${PROJECT_SOURCE_DIR}/chapters/${chapter}/README.md ${VIEWER_OUT}/readme/${chapter}.png)
