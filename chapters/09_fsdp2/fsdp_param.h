@@ -38,9 +38,17 @@ struct Dim0Chunks {
   int64_t row_numel = 1;
   int world = 1;
 
-  int64_t chunk_rows() const { return (rows + world - 1) / world; }  // c
+  int64_t chunk_rows() const {  // c
+    // lab: begin 09.dim0-chunks "torch.chunk on dim 0: c rows a chunk, the last ranks short or empty" #every-parameter-cut-on-dim-0 uses()
+    return (rows + world - 1) / world;
+    // lab: end
+  }
   // Rows of the parameter on `rank`: c, fewer on the last one that holds any, then none.
-  int64_t rows_of(int rank) const { return std::clamp<int64_t>(rows - rank * chunk_rows(), 0, chunk_rows()); }
+  int64_t rows_of(int rank) const {
+    // lab: begin 09.dim0-chunks "torch.chunk on dim 0: c rows a chunk, the last ranks short or empty" #every-parameter-cut-on-dim-0 uses(rank)
+    return std::clamp<int64_t>(rows - rank * chunk_rows(), 0, chunk_rows());
+    // lab: end
+  }
   int64_t numel_of(int rank) const { return rows_of(rank) * row_numel; }
   // What every rank stores and sends: c rows, padded with zeros.
   int64_t padded_numel() const { return chunk_rows() * row_numel; }

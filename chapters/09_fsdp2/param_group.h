@@ -133,6 +133,7 @@ class FsdpParamGroup {
     // along the columns, each parameter's [G, W n / G] block is its padded rows in order.
     const int W = world(), G = gather_ranks_;
     const int64_t slot = slot_ * W / G;
+    // lab: begin 09.copy-out "the all-gather's copy-out: each parameter's padded rows out of the [G, slot] buffer, one kernel" #one-collective-a-group-and-the-copies-around-it uses(W, G, slot)
     std::vector<ops::CopyBlock> copy_out;
     for (size_t i = 0; i < params_.size(); ++i) {
       FsdpParam& p = *params_[i];
@@ -143,6 +144,7 @@ class FsdpParamGroup {
       model_.weights()[static_cast<size_t>(p.index())] = whole.view(0, p.shape());  // the first d0 rows
     }
     ops::copy_blocks(dev, compute, "split_with_sizes_copy", G, copy_out);
+    // lab: end
     // The post-forward parts were read by the copy-in, which the compute stream has waited for
     // (through the all-gather): their memory (compute's) is free to go.
     for (Tensor& t : post_forward_) dev.free(t);
@@ -228,13 +230,16 @@ class FsdpParamGroup {
     }
     // The previous group's reduce-scatter input: compute waits for that reduce-scatter before
     // its memory (compute's pool) can be handed out again.
+    // lab: begin 09.reduce-scatter "release the last reduce-scatter's input without record_stream, then the copy-in of this one (chunk_cat)" #one-collective-a-group-and-the-copies-around-it uses()
     if (ctx_.reduce_scatter_state) {
       dev.wait(compute, ctx_.reduce_scatter_state->done);
       dev.free(ctx_.reduce_scatter_state->buffer);
       ctx_.reduce_scatter_state.reset();
     }
+    // lab: end
     const int64_t slot = grad_slot_;
     const Tensor input = dev.empty({W * slot}, DType::f32, compute, name_ + ".reduce_scatter_input");
+    // lab: begin 09.reduce-scatter "release the last reduce-scatter's input without record_stream, then the copy-in of this one (chunk_cat)" #one-collective-a-group-and-the-copies-around-it uses(input, slot)
     std::vector<ops::CopyBlock> chunk_cat;
     int64_t offset = 0;
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -246,6 +251,7 @@ class FsdpParamGroup {
       offset += c.numel();
     }
     ops::copy_blocks(dev, compute, "chunk_cat", W, chunk_cat);
+    // lab: end
     for (auto& p : params_) model_.grads()[static_cast<size_t>(p->index())] = Tensor{};
     dev.free(grads_);  // read by the copy-in, on its own stream: free at once
     grads_ = Tensor{};
