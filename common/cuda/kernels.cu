@@ -21,6 +21,7 @@
 #include "kernels.h"
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -99,8 +100,12 @@ __global__ void copy_blocks_kernel(CopyBlocks blocks, int64_t rows) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / b.width, k = i - r * b.width;
-    const int64_t from = r * b.src_pitch + k;
-    b.dst[r * b.dst_pitch + k] = from < b.src_numel ? b.src[from] : 0.0f;
+    const int64_t from = r * b.src_pitch + k, to = r * b.dst_pitch + k;
+    float v = 0.0f;
+    if (from < b.src_numel)
+      v = b.src_bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(b.src)[from]) : static_cast<const float*>(b.src)[from];
+    if (b.dst_bf16) static_cast<__nv_bfloat16*>(b.dst)[to] = __float2bfloat16_rn(v);
+    else static_cast<float*>(b.dst)[to] = v;
   }
 }
 

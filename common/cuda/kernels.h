@@ -34,11 +34,14 @@ namespace shardlab::cuda {
 void fill(float* t, int64_t n, float value, void* stream);                       // t = value
 void copy(void* dst, const void* src, size_t bytes, void* stream);               // dst = src
 void add_(float* dst, const float* src, int64_t n, void* stream);                // dst += src
-// ops::copy_blocks: each block's `rows` rows of `width` floats, zeros past src_numel.
+// ops::copy_blocks: each block's `rows` rows of `width` elements, zeros past src_numel; source
+// and destination each float or bfloat16 (the flags), converted on the way (round to nearest
+// even into bfloat16).
 struct CopyBlock {
-  const float* src;
-  float* dst;
+  const void* src;
+  void* dst;
   int64_t src_numel, src_pitch, dst_pitch, width;
+  bool src_bf16 = false, dst_bf16 = false;
 };
 void copy_blocks(const std::vector<CopyBlock>& blocks, int64_t rows, void* stream);
 void scale_(float* t, int64_t n, float factor, void* stream);                    // t *= factor

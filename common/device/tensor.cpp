@@ -95,6 +95,11 @@ float* Tensor::f32() const {
   return static_cast<float*>(data);
 }
 
+uint16_t* Tensor::bf16() const {
+  if (dtype != DType::bf16) throw std::logic_error("Tensor::bf16 on a " + std::string(dtype_name(dtype)) + " tensor");
+  return static_cast<uint16_t*>(data);
+}
+
 int32_t* Tensor::i32() const {
   if (dtype != DType::i32) throw std::logic_error("Tensor::i32 on a " + std::string(dtype_name(dtype)) + " tensor");
   return static_cast<int32_t*>(data);

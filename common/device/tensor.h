@@ -56,6 +56,7 @@ struct Tensor {
 
   float* f32() const;     // typed access; throws if the dtype differs
   int32_t* i32() const;
+  uint16_t* bf16() const;  // bfloat16's bits (device/bf16.h converts them)
 };
 
 // Whether two tensors share a byte: on the device, the same allocator segment and intersecting

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda/kernels.h"
+#include "device/bf16.h"
 
 namespace shardlab::ops {
 namespace {
@@ -265,12 +266,13 @@ void copy_blocks(Device& dev, Stream& s, std::string_view name, int64_t rows, co
   const std::string op(name);
   if (rows < 0) fail(op.c_str(), "rows " + std::to_string(rows) + " is negative");
   std::vector<Access> accesses;
-  double elements = 0;
+  double bytes = 0;
   for (size_t b = 0; b < blocks.size(); ++b) {
     const CopyBlock& x = blocks[b];
-    require_f32(x.src, op.c_str());
-    require_f32(x.dst, op.c_str());
     const std::string which = "block " + std::to_string(b) + ": ";
+    for (const Tensor* t : {&x.src, &x.dst})
+      if (t->dtype != DType::f32 && t->dtype != DType::bf16)
+        fail(op.c_str(), which + "only f32 and bf16 tensors, got " + std::string(dtype_name(t->dtype)));
     if (x.width < 0 || x.src_pitch < 0 || x.dst_pitch < x.width)
       fail(op.c_str(), which + "width " + std::to_string(x.width) + ", pitches " + std::to_string(x.src_pitch) + " and " +
                            std::to_string(x.dst_pitch) + ": a row must fit its destination pitch");
@@ -279,27 +281,36 @@ void copy_blocks(Device& dev, Stream& s, std::string_view name, int64_t rows, co
                            std::to_string(x.dst_pitch) + " do not fit a destination of " + std::to_string(x.dst.numel()));
     accesses.push_back(reads(x.src));
     accesses.push_back(writes(x.dst));
-    elements += static_cast<double>(rows * x.width);
+    bytes += static_cast<double>(rows * x.width) * static_cast<double>(dtype_size(x.src.dtype) + dtype_size(x.dst.dtype));
   }
-  // Each element read once (or not: padding) and written once, 4 bytes each way.
-  dev.launch(s, {name, 0.0, 8.0 * elements, DType::f32, KernelClass::elementwise, std::move(accesses)},
+  // Each element read once (or not: padding) and written once.
+  dev.launch(s, {name, 0.0, bytes, DType::f32, KernelClass::elementwise, std::move(accesses)},
              [=] {
                for (const CopyBlock& x : blocks) {
-                 const float* src = x.src.f32();
-                 float* dst = x.dst.f32();
                  const int64_t end = x.src.numel();
                  for (int64_t r = 0; r < rows; ++r) {
-                   const int64_t from = r * x.src_pitch;
+                   const int64_t from = r * x.src_pitch, to = r * x.dst_pitch;
                    const int64_t valid = std::clamp<int64_t>(end - from, 0, x.width);
-                   if (valid > 0) std::memcpy(dst + r * x.dst_pitch, src + from, static_cast<size_t>(valid) * 4);
-                   std::fill(dst + r * x.dst_pitch + valid, dst + r * x.dst_pitch + x.width, 0.0f);
+                   if (x.src.dtype == DType::f32 && x.dst.dtype == DType::f32) {
+                     if (valid > 0) std::memcpy(x.dst.f32() + to, x.src.f32() + from, static_cast<size_t>(valid) * 4);
+                     std::fill(x.dst.f32() + to + valid, x.dst.f32() + to + x.width, 0.0f);
+                     continue;
+                   }
+                   for (int64_t k = 0; k < x.width; ++k) {
+                     const float v = k >= valid                   ? 0.0f
+                                     : x.src.dtype == DType::f32 ? x.src.f32()[from + k]
+                                                                 : from_bf16(x.src.bf16()[from + k]);
+                     if (x.dst.dtype == DType::f32) x.dst.f32()[to + k] = v;
+                     else x.dst.bf16()[to + k] = to_bf16(v);
+                   }
                  }
                }
              },
              SHARDLAB_ON_CUDA({
                std::vector<cuda::CopyBlock> cb;
                for (const CopyBlock& x : blocks)
-                 cb.push_back({x.src.f32(), x.dst.f32(), x.src.numel(), x.src_pitch, x.dst_pitch, x.width});
+                 cb.push_back({x.src.data, x.dst.data, x.src.numel(), x.src_pitch, x.dst_pitch, x.width,
+                               x.src.dtype == DType::bf16, x.dst.dtype == DType::bf16});
                cuda::copy_blocks(cb, rows, stream);
              }));
 }

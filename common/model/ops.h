@@ -36,6 +36,9 @@ void residual_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& a
 // collectives are all this one shape: the all-gather's copy-in (rows = 1), its copy-out
 // (split_with_sizes_copy: row r of the gathered buffer is rank r's slot) and the reduce-scatter's
 // copy-in (chunk_cat: each gradient's r-th chunk into rank r's slot, padded with zeros).
+// Source and destination are each f32 or bf16 (device/bf16.h): a copy between the two converts,
+// rounding to nearest even into bf16, as mixed precision's copies do (the all-gather's input
+// cast to the parameters' dtype, chunk_cat's widening to the reduce dtype).
 struct CopyBlock {
   Tensor src, dst;
   int64_t src_pitch = 0, dst_pitch = 0, width = 0;

@@ -229,6 +229,25 @@ TEST_CASE("cuda: copy_blocks (FSDP2's copy-in, copy-out and chunk_cat), more blo
   expect_close("copy_blocks (copy-out)", gback, back, 0);
 }
 
+// Mixed precision's copies: f32 into bf16 (round to nearest even) and back, padding zero.
+TEST_CASE("cuda: copy_blocks between f32 and bf16", "[cuda]") {
+  Fixture f;
+  const int64_t n = 1000, rows = 4, width = 256;  // 4 rows of 256 from 1000: 24 of padding
+  Tensor src = f.random({n}, 100.0f);
+  Tensor half = f.dev.empty({rows * width}, DType::bf16, f.s(), "half"), back = f.random({rows * width});
+  Gpu gsrc(src), ghalf(half), gback(back);
+  ops::copy_blocks(f.dev, f.s(), "all_gather_copy_in", rows, {{src, half, width, width, width}});
+  ops::copy_blocks(f.dev, f.s(), "chunk_cat", 1, {{half, back, rows * width, rows * width, rows * width}});
+  cuda::copy_blocks({{gsrc.raw(), ghalf.raw(), n, width, width, width, false, true}}, rows, f.stream());
+  cuda::copy_blocks({{ghalf.raw(), gback.raw(), rows * width, rows * width, rows * width, rows * width, true, false}}, 1,
+                    f.stream());
+  f.finish();
+  std::vector<uint16_t> bits(static_cast<size_t>(rows * width));
+  CUDA_CHECK(cudaMemcpy(bits.data(), ghalf.raw(), bits.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+  CHECK(bits == std::vector<uint16_t>(half.bf16(), half.bf16() + rows * width));  // the same rounding, bit for bit
+  expect_close("copy_blocks bf16 -> f32", gback, back, 0);
+}
+
 TEST_CASE("cuda: embedding forward and backward", "[cuda]") {
   // In order (position t for column t), and with position ids as chapter 08 gives them: columns
   // taken out of order from a longer table.

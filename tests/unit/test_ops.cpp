@@ -6,11 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <numbers>
 #include <random>
 #include <vector>
 
+#include "device/bf16.h"
 #include "model/ops.h"
 #include "device/sim_device.h"
 
@@ -214,6 +217,53 @@ TEST_CASE("ops: copy_blocks copies 2-D blocks in one kernel and pads past the so
   // A row that does not fit its destination is an error naming the op and the block.
   CHECK_THROWS_WITH(ops::copy_blocks(dev, s, "chunk_cat", 3, {{ta, cat, 6, 8, 6}}),
                     Catch::Contains("chunk_cat") && Catch::Contains("block 0") && Catch::Contains("do not fit"));
+}
+
+// bfloat16 as PyTorch rounds to it (c10::BFloat16's round_to_nearest_even), bit by bit.
+TEST_CASE("ops: bf16 rounds to nearest even, keeps the float range, and widens exactly", "[ops]") {
+  const auto bits = [](float x) { return to_bf16(x); };
+  const auto from_bits = [](uint32_t u) {
+    float x;
+    std::memcpy(&x, &u, sizeof x);
+    return x;
+  };
+  CHECK(bits(1.0f) == 0x3F80);
+  CHECK(bits(-2.0f) == 0xC000);
+  CHECK(bits(-0.0f) == 0x8000);
+  CHECK(bits(3.14159265f) == 0x4049);                // 0x40490FDB: below half, down
+  CHECK(bits(from_bits(0x3F808000)) == 0x3F80);      // exactly half, kept part even: stays
+  CHECK(bits(from_bits(0x3F818000)) == 0x3F82);      // exactly half, kept part odd: up to even
+  CHECK(bits(from_bits(0x3F808001)) == 0x3F81);      // above half: up
+  CHECK(bits(from_bits(0x7F7FFFFF)) == 0x7F80);      // float's largest rounds to infinity
+  CHECK(bits(std::numeric_limits<float>::infinity()) == 0x7F80);
+  CHECK(bits(std::numeric_limits<float>::quiet_NaN()) == 0x7FC0);
+  CHECK(bits(from_bits(0x00000001)) == 0x0000);      // the smallest subnormal rounds to zero
+  CHECK(from_bf16(0x3F82) == 1.015625f);
+  for (float x : {0.1f, 1e-20f, 3e30f, -7.25f}) {
+    const float r = round_bf16(x);
+    CHECK(to_bf16(r) == to_bf16(x));                 // rounding twice changes nothing
+    CHECK(std::abs(r - x) <= std::abs(x) * 0x1p-8f);  // half a unit in the last of 8 bits
+  }
+}
+
+// Mixed precision's copies: f32 shards cast into a bf16 all-gather buffer, bf16 gradients
+// widened into an f32 reduce-scatter input, padding zero either way.
+TEST_CASE("ops: copy_blocks converts between f32 and bf16, rounding to nearest even", "[ops]") {
+  SimDevice dev = real_device();
+  Stream& s = dev.compute_stream();
+  const Vec a{1.0, 3.14159265, -0.1, 1.00390625, 1.01171875};
+  Tensor ta = tensor_of(dev, {5}, a, "A");
+  Tensor half = dev.empty({6}, DType::bf16, s, "bf16 slot");
+  ops::copy_blocks(dev, s, "all_gather_copy_in", 1, {{ta, half, 5, 6, 6}});  // one row of 6: the last is padding
+  const std::vector<uint16_t> want{0x3F80, 0x4049, 0xBDCD, 0x3F80, 0x3F82, 0x0000};
+  CHECK(std::vector<uint16_t>(half.bf16(), half.bf16() + 6) == want);
+  Tensor wide = tensor_of(dev, {8}, Vec(8, -1.0f), "f32 input");
+  ops::copy_blocks(dev, s, "chunk_cat", 2, {{half.view(0, {5}), wide, 4, 4, 4}});  // 2 rows of 4 from 5: 3 pads
+  CHECK(values(wide) == Vec{1.0, 3.140625, -0.10009765625, 1.0, 1.015625, 0, 0, 0});
+  CHECK(dev.race_reports().empty());
+  Tensor ids = dev.empty({2}, DType::i32, s, "ids");
+  CHECK_THROWS_WITH(ops::copy_blocks(dev, s, "chunk_cat", 1, {{ids, wide, 2, 2, 2}}),
+                    Catch::Contains("chunk_cat") && Catch::Contains("only f32 and bf16"));
 }
 
 TEST_CASE("ops: embedding forward matches a double reference, backward matches finite differences", "[ops]") {
