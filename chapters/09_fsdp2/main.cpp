@@ -122,7 +122,7 @@ void lesson(Job& job) {
   const StepMetrics metrics = step_metrics(tl).back();
   job.figure("network_MB", static_cast<double>(metrics.network_bytes) / 1e6, "MB", "this rank's bytes on the network, last step");
   job.figure("intra_node_MB", static_cast<double>(metrics.intra_node_bytes) / 1e6, "MB", "on NVLink (or PCIe), last step");
-  job.figure("peak_allocated_MiB", MiB(static_cast<double>(dev.allocator().peak_allocated())), "MiB", "measured, rank 0");
+  job.figure("peak_allocated_MiB", MiB(static_cast<double>(dev.allocator().peak_allocated())), "MiB", "measured, rank 0, last step");
   job.figure("peak_active_MiB", MiB(static_cast<double>(dev.allocator().peak_active())), "MiB",
              "live tensors and freed ones still held for another stream (none: no record_stream)");
   job.figure("peak_reserved_MiB", MiB(static_cast<double>(dev.allocator().peak_reserved())), "MiB", "segments the allocator holds");
