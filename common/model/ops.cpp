@@ -151,23 +151,35 @@ void for_each_token(const char* op, const Tensor& tokens, const Tensor& position
   }
 }
 
+// An undefined table is a frozen one's gradient in backward: nothing to check.
 void check_embedding(const char* op, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                      const Tensor& positions) {
-  require_f32(op, {out, wte, wpe});
+  require_f32(out, op);
+  for (const Tensor* t : {&wte, &wpe})
+    if (t->defined()) require_f32(*t, op);
   require_i32(tokens, op, "tokens");
-  if (out.shape.ndim != 3 || wte.shape.ndim != 2 || wpe.shape.ndim != 2)
+  if (out.shape.ndim != 3 || (wte.defined() && wte.shape.ndim != 2) || (wpe.defined() && wpe.shape.ndim != 2))
     fail(op, "expected out [B, T, C], wte [V, C], wpe [maxT, C], got " + out.shape.str() + ", " + wte.shape.str() +
                  ", " + wpe.shape.str());
   const int64_t B = out.shape[0], T = out.shape[1], C = out.shape[2];
   require_shape(tokens, {B, T}, op, "tokens");
-  require_shape(wte, {wte.shape[0], C}, op, "wte");
+  if (wte.defined()) require_shape(wte, {wte.shape[0], C}, op, "wte");
   if (positions.defined()) {
     require_i32(positions, op, "positions");
     require_shape(positions, {T}, op, "positions");
-    require_shape(wpe, {wpe.shape[0], C}, op, "wpe");
-  } else if (wpe.shape[1] != C || wpe.shape[0] < T) {
+    if (wpe.defined()) require_shape(wpe, {wpe.shape[0], C}, op, "wpe");
+  } else if (wpe.defined() && (wpe.shape[1] != C || wpe.shape[0] < T)) {
     fail(op, "wpe is " + wpe.shape.str() + ", expected [>= " + std::to_string(T) + ", " + std::to_string(C) + "]");
   }
+}
+
+// The accesses of a backward op to the gradients it accumulates into (read, then written),
+// appended to `acc`; an undefined one (a frozen parameter's) is not touched.
+void accumulates_into(std::vector<Access>& acc, std::initializer_list<const Tensor*> grads) {
+  for (const Tensor* t : grads)
+    if (t->defined()) acc.push_back(reads(*t));
+  for (const Tensor* t : grads)
+    if (t->defined()) acc.push_back(writes(*t));
 }
 
 // The accesses of an embedding op: `fixed` plus a read of the positions when there are any.
@@ -372,18 +384,12 @@ void embedding_backward(Device& dev, Stream& s, const Tensor& dwte, const Tensor
                         const Tensor& tokens, const Tensor& positions) {
   // A frozen table (requires_grad=False) has no gradient; both frozen, there is nothing to do.
   if (!dwte.defined() && !dwpe.defined()) return;
-  // The checks want both tables' shapes: a frozen one is stood in for by the other's, its
-  // writes skipped below. (Forward has checked the ids against the real tables.)
-  const Tensor& wte_shape = dwte.defined() ? dwte : dwpe;
-  const Tensor& wpe_shape = dwpe.defined() ? dwpe : dwte;
-  check_embedding("embedding_backward", dout, tokens, wte_shape, wpe_shape, positions);
+  check_embedding("embedding_backward", dout, tokens, dwte, dwpe, positions);
   const int64_t B = dout.shape[0], T = dout.shape[1], C = dout.shape[2];
+  // A frozen table's ids are not bounded here (forward checked them against the table).
   const int64_t V = dwte.defined() ? dwte.shape[0] : INT32_MAX, P = dwpe.defined() ? dwpe.shape[0] : INT32_MAX;
   std::vector<Access> acc{reads(dout), reads(tokens)};
-  for (const Tensor* t : {&dwte, &dwpe})
-    if (t->defined()) acc.push_back(reads(*t));
-  for (const Tensor* t : {&dwte, &dwpe})
-    if (t->defined()) acc.push_back(writes(*t));
+  accumulates_into(acc, {&dwte, &dwpe});
   Kernel k = kernel("embedding_backward", 2.0 * static_cast<double>(B * T * C), KernelClass::elementwise,
                     with_positions(std::move(acc), positions));
   k.bytes = static_cast<double>(tokens.bytes() + dout.bytes() + (positions.defined() ? positions.bytes() : 0)) +
@@ -457,12 +463,8 @@ void layernorm_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor
     require_numel(*t, weight.numel(), "layernorm_backward", what);
   }
   const int64_t C = weight.numel(), N = mean.numel();
-  std::vector<Access> acc{reads(dout), reads(inp), reads(weight), reads(mean), reads(rstd), reads(dinp)};
-  for (const Tensor* t : {&dweight, &dbias})
-    if (t->defined()) acc.push_back(reads(*t));
-  acc.push_back(writes(dinp));
-  for (const Tensor* t : {&dweight, &dbias})
-    if (t->defined()) acc.push_back(writes(*t));
+  std::vector<Access> acc{reads(dout), reads(inp), reads(weight), reads(mean), reads(rstd)};
+  accumulates_into(acc, {&dinp, &dweight, &dbias});
   dev.launch(s, kernel("layernorm_backward", 19.0 * static_cast<double>(N * C), KernelClass::elementwise, std::move(acc)),
              [=] {
                const float* w = weight.f32();
@@ -540,8 +542,8 @@ void matmul_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& d
   // of the layer's backward FLOPs saved. A bias may still train on its own.
   if (!dweight.defined() && !dbias.defined()) return;
   std::vector<Access> acc{reads(dout)};
-  if (dweight.defined()) acc.insert(acc.end(), {reads(inp), reads(dweight), writes(dweight)});
-  if (dbias.defined()) acc.insert(acc.end(), {reads(dbias), writes(dbias)});
+  if (dweight.defined()) acc.push_back(reads(inp));
+  accumulates_into(acc, {&dweight, &dbias});
   dev.launch(s, kernel(dweight.defined() ? "matmul_backward_weight" : "matmul_backward_bias",
                        (dweight.defined() ? flops : 0.0) + (dbias.defined() ? static_cast<double>(N * OC) : 0.0),
                        KernelClass::matmul, std::move(acc)),

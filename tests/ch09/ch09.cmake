@@ -34,7 +34,7 @@ set_tests_properties("ch09: gpt-15b at 8 ranks (chapter 06's thrash): no alloc r
 # Frozen parameters (requires_grad=False): gathered, never reduced nor updated; the reference
 # trainer freezes the same ones. A block frozen whole reduces nothing (one reduce-scatter fewer
 # a step, the chapter's own count); the tied token embedding frozen stops the head's gradient too.
-foreach(case "2;attn" "3;wte,h.0." "4;ln_,mlp.c_proj.bias")
+foreach(case "2;attn" "3;wte,h.0." "4;ln_,mlp.c_proj.bias,wpe")
   list(GET case 0 np)
   list(GET case 1 parts)
   add_test(NAME "ch09: --freeze ${parts} at world ${np} equals single-rank training with the same parameters frozen"
