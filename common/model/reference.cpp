@@ -35,10 +35,10 @@ ReferenceRun train_reference(const TrainSetup& setup, const std::function<void(i
   Tensor m = dev.empty({n}, DType::f32, s, "adam.m");
   Tensor v = dev.empty({n}, DType::f32, s, "adam.v");
   model.bind_flat(params, grads);
-  // A frozen parameter gets no gradient (backward skips it) and no update (AdamW runs on the
-  // others, parameter by parameter: the same elementwise math as over the flat buffer).
+  // A frozen parameter gets no gradient (backward skips it) and no update: AdamW runs on each
+  // run of consecutive parameters that train (the whole flat buffer when none is frozen), the
+  // same elementwise math as over the flat buffer.
   const std::vector<bool> frozen = frozen_params(cfg, setup.freeze);
-  const bool any_frozen = std::find(frozen.begin(), frozen.end(), true) != frozen.end();
   for (size_t i = 0; i < frozen.size(); ++i)
     if (frozen[i]) model.grads()[i] = Tensor{};
   copy_to_device(dev, s, params, gpt_init_all(cfg, setup.seed).data());
@@ -57,12 +57,13 @@ ReferenceRun train_reference(const TrainSetup& setup, const std::function<void(i
     ops::fill(dev, s, grads, 0.0f);
     for (int u = 0; u < model.units(); ++u) model.forward(u, s);
     for (int u = model.units() - 1; u >= 0; --u) model.backward(u, s);
-    if (!any_frozen) ops::adamw(dev, s, params, grads, m, v, step + 1, setup.adamw);
     int64_t offset = 0;
-    for (size_t i = 0; any_frozen && i < frozen.size(); ++i) {
-      const int64_t k = model.params()[i].shape.numel();
+    for (size_t i = 0; i < frozen.size();) {
+      int64_t k = 0;
+      const bool trains = !frozen[i];
+      for (; i < frozen.size() && !frozen[i] == trains; ++i) k += model.params()[i].shape.numel();
       const auto piece = [&](const Tensor& t) { return t.view(offset, {k}); };
-      if (!frozen[i]) ops::adamw(dev, s, piece(params), piece(grads), piece(m), piece(v), step + 1, setup.adamw);
+      if (trains) ops::adamw(dev, s, piece(params), piece(grads), piece(m), piece(v), step + 1, setup.adamw);
       offset += k;
     }
     run.losses.push_back(model.mean_loss(s));
