@@ -44,6 +44,10 @@ struct Fsdp2Options {
   // `backward_prefetch` blocks before it after its pre-backward. 0: FSDP2's implicit prefetch.
   int forward_prefetch = 0;
   int backward_prefetch = 0;
+  // MixedPrecisionPolicy(param_dtype, reduce_dtype=float32): the dtype the parameters are
+  // gathered in and forward and backward compute in (f32, or bf16); the shards stay the float32
+  // masters, the gradients are reduced in float32 and AdamW steps in float32.
+  DType param_dtype = DType::f32;
 };
 
 class FullyShard {
@@ -64,10 +68,14 @@ class FullyShard {
     const int L = static_cast<int>(model.config().layers);
     std::vector<int> root = model.params_of_unit(0);
     for (int i : model.params_of_unit(L + 1)) root.push_back(i);
-    groups_.push_back(std::make_unique<FsdpParamGroup>(job, model, "root", root, seed, group, ctx, frozen));
+    if (model.compute_dtype() != options_.param_dtype)
+      throw std::invalid_argument("fully_shard: parameters in " + std::string(dtype_name(options_.param_dtype)) +
+                                  " need a model computing in it, not in " + std::string(dtype_name(model.compute_dtype())));
+    const DType dtype = options_.param_dtype;
+    groups_.push_back(std::make_unique<FsdpParamGroup>(job, model, "root", root, seed, group, ctx, frozen, dtype));
     for (int l = 1; l <= L; ++l)
       groups_.push_back(std::make_unique<FsdpParamGroup>(job, model, "block" + std::to_string(l - 1),
-                                                         model.params_of_unit(l), seed, group, ctx, frozen));
+                                                         model.params_of_unit(l), seed, group, ctx, frozen, dtype));
   }
 
   int groups() const { return static_cast<int>(groups_.size()); }

@@ -5,6 +5,7 @@
 //   mpirun -np 4 build/chapters/shardlab_ch09 --reshard-after-forward false  # ZeRO-2: no backward all-gather
 //   mpirun -np 4 build/chapters/shardlab_ch09 --reshard-after-forward 2      # hpZ: backward gathers over 2 ranks
 //   mpirun -np 4 build/chapters/shardlab_ch09 --freeze attn                  # the attention weights do not train
+//   mpirun -np 4 build/chapters/shardlab_ch09 --mixed-precision bf16         # bf16 compute, float32 masters and reduce
 //   mpirun -np 8 build/chapters/shardlab_ch09 --model gpt2-small --global-batch 8 --seq-len 1024 --compute skip
 //
 // Chapter 05's step, with FSDP2's data structures and streams in place of FSDP1's:
@@ -34,6 +35,7 @@ namespace {
 TrainFlags train;
 std::string reshard_after_forward = "true";
 std::string freeze;
+std::string mixed_precision = "none";
 int64_t forward_prefetch = 0, backward_prefetch = 0;
 
 // --reshard-after-forward as ranks: true is the world, false 1, an integer itself.
@@ -67,6 +69,10 @@ void add_flags(Flags& f) {
     }
     require(why.empty(), "--freeze", freeze, "comma-separated parts of parameter names; " + why);
   });
+  f.add_string("mixed-precision", &mixed_precision,
+               "none: everything float32; bf16: MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=float32), parameters "
+               "gathered and computed in bf16, gradients reduced and AdamW in float32 (default: none)",
+               [](const std::string& v) -> std::string { return v == "none" || v == "bf16" ? "" : "none or bf16"; });
   f.add_int("forward-prefetch", &forward_prefetch, 0, 64,
             "explicit forward prefetch: each block unshards the next N blocks after its own pre-forward (0: implicit)");
   f.add_int("backward-prefetch", &backward_prefetch, 0, 64,
@@ -76,9 +82,12 @@ void add_flags(Flags& f) {
 void lesson(Job& job) {
   Device& dev = job.device();
   const int keep = reshard_ranks(job.world_size());
-  const ch09::Fsdp2Options options{keep, static_cast<int>(forward_prefetch), static_cast<int>(backward_prefetch)};
+  const DType param_dtype = mixed_precision == "bf16" ? DType::bf16 : DType::f32;
+  const ch09::Fsdp2Options options{keep, static_cast<int>(forward_prefetch), static_cast<int>(backward_prefetch),
+                                   param_dtype};
   job.set_strategy("FSDP2 reshard_after_forward=" +
-                   (keep == job.world_size() ? std::string("True") : keep == 1 ? std::string("False") : std::to_string(keep)));
+                   (keep == job.world_size() ? std::string("True") : keep == 1 ? std::string("False") : std::to_string(keep)) +
+                   (param_dtype == DType::bf16 ? " param_dtype=bf16" : ""));
 
   // 1. FSDP2's streams (FSDPCommContext), besides the compute stream: the copy-in of each
   //    all-gather, the all-gathers, the reduce-scatters.
@@ -87,8 +96,12 @@ void lesson(Job& job) {
 
   TrainSetup setup = train_setup(train, job.steps(), job.flags().seed);
   setup.freeze = freeze;
+  // The single-rank reference in bf16 rounds each rank's share of the gradient apart, as the
+  // ranks do (reference.h).
+  setup.param_dtype = param_dtype;
+  setup.grad_shards = job.world_size();
   ch02::BatchShare batch(job, setup, 1);
-  GPT model(dev, GPTConfig::preset(setup.model), batch.rows(), setup.T);
+  GPT model(dev, GPTConfig::preset(setup.model), batch.rows(), setup.T, param_dtype);
   const int L = static_cast<int>(model.config().layers);
 
   // 2. fully_shard on every block, then on the model (the root); --freeze sets requires_grad=False.

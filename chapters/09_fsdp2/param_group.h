@@ -57,9 +57,11 @@ class FsdpParamGroup {
  public:
   // The parameters `params` of `model` (indices, in the group's order), sharded over `group`;
   // `frozen[i]`: model parameter i does not train.
+  // `param_dtype`: what the parameters are gathered and computed in (MixedPrecisionPolicy's
+  // param_dtype: f32, or bf16); the shards, the reduction and AdamW stay float32.
   FsdpParamGroup(Job& job, GPT& model, std::string name, const std::vector<int>& params, uint64_t seed, Comm& group,
-                 CommContext& ctx, const std::vector<bool>& frozen)
-      : job_(job), model_(model), name_(std::move(name)), group_(group), ctx_(ctx) {
+                 CommContext& ctx, const std::vector<bool>& frozen, DType param_dtype = DType::f32)
+      : job_(job), model_(model), name_(std::move(name)), group_(group), ctx_(ctx), param_dtype_(param_dtype) {
     for (int i : params) {
       const bool trains = !frozen[static_cast<size_t>(i)];
       params_.push_back(std::make_unique<FsdpParam>(job, model, i, group.rank(), group.size(), seed, trains));
@@ -104,7 +106,9 @@ class FsdpParamGroup {
     }
     gather_ranks_ = group.size();
     const int64_t slot = slot_ * world() / gather_ranks_;
-    gathered_ = dev.empty({gather_ranks_ * slot}, DType::f32, ctx_.copy_in, name_ + ".all_gather_output");
+    // In bf16 the copy-in casts each float32 shard as it copies it (foreach_all_gather's
+    // all-gather input has the param dtype): the all-gather moves half the bytes.
+    gathered_ = dev.empty({gather_ranks_ * slot}, param_dtype_, ctx_.copy_in, name_ + ".all_gather_output");
     const Tensor mine = gathered_.view(group.rank() * slot, {slot});  // the all-gather runs in place
     std::vector<ops::CopyBlock> copy_in;
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -138,7 +142,7 @@ class FsdpParamGroup {
     for (size_t i = 0; i < params_.size(); ++i) {
       FsdpParam& p = *params_[i];
       const int64_t width = p.chunks().padded_numel() * W / G, offset = offsets_[i] * W / G;
-      const Tensor whole = dev.empty({W * p.chunks().padded_numel()}, DType::f32, compute, p.name() + ".unsharded");
+      const Tensor whole = dev.empty({W * p.chunks().padded_numel()}, param_dtype_, compute, p.name() + ".unsharded");
       copy_out.push_back({gathered_.view(offset, {G * slot - offset}), whole, slot, width, width});
       unsharded_.push_back(whole);
       model_.weights()[static_cast<size_t>(p.index())] = whole.view(0, p.shape());  // the first d0 rows
@@ -188,7 +192,7 @@ class FsdpParamGroup {
     post_forward_group_ = &small;
     for (size_t i = 0; i < params_.size(); ++i) {
       const int64_t n = unsharded_[i].numel() / small.size();
-      Tensor part = dev.empty({n}, DType::f32, compute, params_[i]->name() + ".sharded_post_forward");
+      Tensor part = dev.empty({n}, param_dtype_, compute, params_[i]->name() + ".sharded_post_forward");
       ops::copy(dev, compute, part, unsharded_[i].view(small.rank() * n, {n}));
       post_forward_.push_back(part);
     }
@@ -197,7 +201,7 @@ class FsdpParamGroup {
   }
 
   // Before backward reaches the group: zeroed gradients for its parameters (autograd's, which
-  // backward accumulates into; one buffer for the group, one fill).
+  // backward accumulates into; one buffer for the group, one fill), in the parameters' dtype.
   // A frozen parameter's gradient stays undefined: backward skips it.
   void begin_grads() {
     Device& dev = job_.device();
@@ -206,7 +210,7 @@ class FsdpParamGroup {
     for (auto& p : params_)
       if (p->requires_grad()) n += p->chunks().numel();
     if (n == 0) return;
-    grads_ = dev.empty({n}, DType::f32, compute, name_ + ".unsharded_grads");
+    grads_ = dev.empty({n}, param_dtype_, compute, name_ + ".unsharded_grads");
     ops::fill(dev, compute, grads_, 0.0f);
     int64_t offset = 0;
     for (auto& p : params_) {
@@ -238,6 +242,9 @@ class FsdpParamGroup {
     }
     // lab: end
     const int64_t slot = grad_slot_;
+    // The reduce dtype is float32 whatever the parameters': in bf16 chunk_cat widens each
+    // gradient as it copies it (foreach_reduce's input has reduce_dtype), and the reduce-scatter
+    // sums W float32 shares, not W bf16 ones (each sum would round to 8 bits of mantissa).
     const Tensor input = dev.empty({W * slot}, DType::f32, compute, name_ + ".reduce_scatter_input");
     // lab: begin 09.reduce-scatter "release the last reduce-scatter's input without record_stream, then the copy-in of this one (chunk_cat)" #one-collective-a-group-and-the-copies-around-it uses(input, slot)
     std::vector<ops::CopyBlock> chunk_cat;
@@ -329,6 +336,7 @@ class FsdpParamGroup {
   std::string name_;
   Comm& group_;
   CommContext& ctx_;
+  DType param_dtype_;
   std::vector<std::unique_ptr<FsdpParam>> params_;
   std::vector<int64_t> offsets_;       // each parameter's place in a rank's all-gather slot
   int64_t slot_ = 0;

@@ -109,6 +109,11 @@ __global__ void copy_blocks_kernel(CopyBlocks blocks, int64_t rows) {
   }
 }
 
+__global__ void divide_kernel(float* t, int64_t n, float divisor) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) t[i] /= divisor;
+}
+
 __global__ void scale_kernel(float* t, int64_t n, float factor) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) t[i] *= factor;
@@ -158,9 +163,23 @@ void copy_blocks(const std::vector<CopyBlock>& blocks, int64_t rows, void* strea
   }
 }
 
+float* scratch_f32(int64_t n, void* stream) {
+  void* p = nullptr;
+  CUDA_CHECK(cudaMallocAsync(&p, static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float), as_stream(stream)));
+  return static_cast<float*>(p);
+}
+
+void free_scratch(float* p, void* stream) { CUDA_CHECK(cudaFreeAsync(p, as_stream(stream))); }
+
 void scale_(float* t, int64_t n, float factor, void* stream) {
   if (n == 0) return;
   scale_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(t, n, factor);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void divide_(float* t, int64_t n, float divisor, void* stream) {
+  if (n == 0) return;
+  divide_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(t, n, divisor);
   CUDA_CHECK(cudaGetLastError());
 }
 

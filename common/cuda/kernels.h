@@ -44,7 +44,12 @@ struct CopyBlock {
   bool src_bf16 = false, dst_bf16 = false;
 };
 void copy_blocks(const std::vector<CopyBlock>& blocks, int64_t rows, void* stream);
+// Float32 scratch of n elements for one op's math on bf16 tensors (model/f32_math.h), allocated
+// and freed in the stream's order (cudaMallocAsync's pool), so no device sync either way.
+float* scratch_f32(int64_t n, void* stream);
+void free_scratch(float* p, void* stream);
 void scale_(float* t, int64_t n, float factor, void* stream);                    // t *= factor
+void divide_(float* t, int64_t n, float divisor, void* stream);                  // t /= divisor
 void residual_forward(float* out, const float* a, const float* b, int64_t n, void* stream);  // out = a + b
 
 // ---- embeddings: out[B,T,C] = wte[tokens[b,t]] + wpe[p(t)], p(t) = positions[t] (or t when

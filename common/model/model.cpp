@@ -165,8 +165,11 @@ struct GPT::Acts {
   Tensor lnf, meanf, rstdf, logits, losses;                                                    // head
 };
 
-GPT::GPT(Device& dev, GPTConfig cfg, int64_t B, int64_t T)
-    : dev_(dev), cfg_(std::move(cfg)), B_(B), T_(T), params_(gpt_params(cfg_)) {
+GPT::GPT(Device& dev, GPTConfig cfg, int64_t B, int64_t T, DType compute)
+    : dev_(dev), cfg_(std::move(cfg)), B_(B), T_(T), compute_(compute), params_(gpt_params(cfg_)) {
+  if (compute_ != DType::f32 && compute_ != DType::bf16)
+    throw std::invalid_argument("model " + cfg_.name + ": activations in " + std::string(dtype_name(compute_)) +
+                                ", only f32 or bf16");
   if (cfg_.channels % cfg_.heads != 0)
     throw std::invalid_argument("model " + cfg_.name + ": " + std::to_string(cfg_.heads) +
                                 " heads do not divide the width " + std::to_string(cfg_.channels));
@@ -211,7 +214,11 @@ void GPT::set_batch(const Tensor& tokens, const Tensor& targets, float dloss, co
   dloss_ = dloss;
 }
 
-Tensor GPT::act(Shape shape, std::string_view name, Stream& s) { return dev_.empty(shape, DType::f32, s, name); }
+Tensor GPT::act(Shape shape, std::string_view name, Stream& s) { return dev_.empty(shape, compute_, s, name); }
+
+// What stays float32 under mixed precision: layer norms' mean and rstd, attention's log-sum-exp
+// and the per-position losses (as PyTorch's layer_norm, FlashAttention and llm.c keep them).
+Tensor GPT::stat(Shape shape, std::string_view name, Stream& s) { return dev_.empty(shape, DType::f32, s, name); }
 
 // Backward ops accumulate into their outputs, so activation gradients start at zero.
 Tensor GPT::zeros(Shape shape, std::string_view name, Stream& s) {
@@ -255,13 +262,13 @@ void GPT::forward_block(int l, Stream& s) {
   const Tensor x2d = x.view(0, {N, C});
 
   // Attention: x2 = x + proj(attention(ln1(x)))
-  a.ln1 = act({N, C}, "ln_1", s), a.mean1 = act({N}, "ln_1.mean", s), a.rstd1 = act({N}, "ln_1.rstd", s);
+  a.ln1 = act({N, C}, "ln_1", s), a.mean1 = stat({N}, "ln_1.mean", s), a.rstd1 = stat({N}, "ln_1.rstd", s);
   ops::layernorm_forward(dev_, s, a.ln1, a.mean1, a.rstd1, x2d, w(p), w(p + 1));
   a.qkv = act({N, 3 * C}, "qkv", s);
   ops::matmul_forward(dev_, s, a.qkv, a.ln1, w(p + 2), w(p + 3));
   a.q = act({B_, NH, T_, hs}, "q", s), a.k = act({B_, NH, T_, hs}, "k", s), a.v = act({B_, NH, T_, hs}, "v", s);
   ops::qkv_split(dev_, s, a.q, a.k, a.v, a.qkv.view(0, {B_, T_, 3 * C}), static_cast<int>(NH));
-  a.o = act({B_, NH, T_, hs}, "attention.out", s), a.lse = act({B_, NH, T_}, "attention.lse", s);
+  a.o = act({B_, NH, T_, hs}, "attention.out", s), a.lse = stat({B_, NH, T_}, "attention.lse", s);
   if (attention_)
     attention_->forward(s, l, a.o, a.lse, a.q, a.k, a.v);
   else
@@ -275,7 +282,7 @@ void GPT::forward_block(int l, Stream& s) {
   release(proj);
 
   // MLP: out = x2 + fcproj(gelu(fc(ln2(x2))))
-  a.ln2 = act({N, C}, "ln_2", s), a.mean2 = act({N}, "ln_2.mean", s), a.rstd2 = act({N}, "ln_2.rstd", s);
+  a.ln2 = act({N, C}, "ln_2", s), a.mean2 = stat({N}, "ln_2.mean", s), a.rstd2 = stat({N}, "ln_2.rstd", s);
   ops::layernorm_forward(dev_, s, a.ln2, a.mean2, a.rstd2, a.x2, w(p + 6), w(p + 7));
   a.fch = act({N, 4 * C}, "mlp.fc", s);
   ops::matmul_forward(dev_, s, a.fch, a.ln2, w(p + 8), w(p + 9));
@@ -293,17 +300,17 @@ void GPT::forward_head(Stream& s) {
   const int p = 2 + kParamsPerBlock * static_cast<int>(cfg_.layers);
   const Tensor x = acts_[static_cast<size_t>(cfg_.layers)]->out.view(0, {N, C});
   Acts& a = *acts_.back();
-  a.lnf = act({N, C}, "ln_f", s), a.meanf = act({N}, "ln_f.mean", s), a.rstdf = act({N}, "ln_f.rstd", s);
+  a.lnf = act({N, C}, "ln_f", s), a.meanf = stat({N}, "ln_f.mean", s), a.rstdf = stat({N}, "ln_f.rstd", s);
   ops::layernorm_forward(dev_, s, a.lnf, a.meanf, a.rstdf, x, w(p), w(p + 1));
   a.logits = act({B_, T_, cfg_.vocab}, "logits", s);
   ops::matmul_forward(dev_, s, a.logits.view(0, {N, cfg_.vocab}), a.lnf, w(0), Tensor{});  // tied to wte
   // The losses add up until mean_loss reads them: one micro-batch's directly, a later one's
   // through a temporary (one more small kernel per micro-batch).
   if (heads_since_loss_++ == 0) {
-    a.losses = act({B_, T_}, "losses", s);
+    a.losses = stat({B_, T_}, "losses", s);
     ops::crossentropy_forward(dev_, s, a.losses, a.logits, targets_);
   } else {
-    Tensor losses = act({B_, T_}, "losses (micro-batch)", s);
+    Tensor losses = stat({B_, T_}, "losses (micro-batch)", s);
     ops::crossentropy_forward(dev_, s, losses, a.logits, targets_);
     ops::add_(dev_, s, a.losses, losses);
     release(losses);

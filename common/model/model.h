@@ -92,8 +92,10 @@ class AttentionCore {
 class GPT {
  public:
   // B rows of T tokens per forward on this rank. Throws std::invalid_argument naming the values
-  // when heads do not divide channels or T exceeds the context.
-  GPT(Device& dev, GPTConfig cfg, int64_t B, int64_t T);
+  // when heads do not divide channels or T exceeds the context. `compute` is the activations'
+  // dtype: f32, or bf16 under mixed precision, where the chapter binds bf16 parameters and
+  // gradients too (model/f32_math.h says how each op computes and rounds).
+  GPT(Device& dev, GPTConfig cfg, int64_t B, int64_t T, DType compute = DType::f32);
   ~GPT();
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
@@ -104,6 +106,7 @@ class GPT {
   const std::vector<int>& params_of_unit(int unit) const { return unit_params_[unit]; }
   int64_t B() const { return B_; }
   int64_t T() const { return T_; }
+  DType compute_dtype() const { return compute_; }
 
   // Where parameter i and its gradient live now. Bind before the units that use them run. An
   // undefined gradient is a frozen parameter's: backward computes no gradient for it.
@@ -130,6 +133,7 @@ class GPT {
  private:
   struct Acts;
   Tensor act(Shape shape, std::string_view name, Stream& s);
+  Tensor stat(Shape shape, std::string_view name, Stream& s);
   Tensor zeros(Shape shape, std::string_view name, Stream& s);
   void release(Tensor& t) { dev_.free(t); }
   void forward_embeddings(Stream& s);
@@ -143,6 +147,7 @@ class GPT {
   Device& dev_;
   GPTConfig cfg_;
   int64_t B_, T_;
+  DType compute_;
   int64_t heads_since_loss_ = 0;  // forwards of the head summed into the losses since mean_loss
   std::vector<ParamInfo> params_;
   std::vector<std::vector<int>> unit_params_;

@@ -11,6 +11,7 @@
 
 #include "cuda/kernels.h"
 #include "device/bf16.h"
+#include "model/f32_math.h"
 
 namespace shardlab::ops {
 namespace {
@@ -26,6 +27,13 @@ void require_f32(const Tensor& t, const char* op) {
 
 void require_f32(const char* op, std::initializer_list<Tensor> ts) {
   for (const Tensor& t : ts) require_f32(t, op);
+}
+
+// A tensor of floating-point values: f32, or bf16 under mixed precision (f32_math.h).
+void require_float(const char* op, std::initializer_list<Tensor> ts) {
+  for (const Tensor& t : ts)
+    if (t.dtype != DType::f32 && t.dtype != DType::bf16)
+      throw std::invalid_argument(std::string(op) + ": only f32 and bf16 tensors, got " + std::string(dtype_name(t.dtype)));
 }
 
 void require_i32(const Tensor& t, const char* op, const char* name) {
@@ -58,7 +66,8 @@ Shape with_last_dim(Shape shape, int64_t n) {
 Kernel kernel(std::string_view name, double flops, KernelClass cls, std::vector<Access> accesses) {
   double bytes = 0;
   for (const Access& a : accesses) bytes += static_cast<double>(a.tensor.bytes());
-  return {name, flops, bytes, DType::f32, cls, std::move(accesses)};
+  const DType dtype = math_dtype(cls, accesses);
+  return {name, flops, bytes, dtype, cls, std::move(accesses)};
 }
 
 // ---- The matmul core: c[M, N] += a[M, K] @ b[K, N], c row-major with row stride ldc.
@@ -154,9 +163,9 @@ void for_each_token(const char* op, const Tensor& tokens, const Tensor& position
 // An undefined table is a frozen one's gradient in backward: nothing to check.
 void check_embedding(const char* op, const Tensor& out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe,
                      const Tensor& positions) {
-  require_f32(out, op);
+  require_float(op, {out});
   for (const Tensor* t : {&wte, &wpe})
-    if (t->defined()) require_f32(*t, op);
+    if (t->defined()) require_float(op, {*t});
   require_i32(tokens, op, "tokens");
   if (out.shape.ndim != 3 || (wte.defined() && wte.shape.ndim != 2) || (wpe.defined() && wpe.shape.ndim != 2))
     fail(op, "expected out [B, T, C], wte [V, C], wpe [maxT, C], got " + out.shape.str() + ", " + wte.shape.str() +
@@ -190,7 +199,8 @@ std::vector<Access> with_positions(std::vector<Access> fixed, const Tensor& posi
 
 // Rows [N, C] of a layernorm with its saved statistics and parameters.
 void check_layernorm(const char* op, const Tensor& inp, const Tensor& mean, const Tensor& rstd, const Tensor& weight) {
-  require_f32(op, {inp, mean, rstd, weight});
+  require_float(op, {inp, weight});
+  require_f32(op, {mean, rstd});  // the statistics stay float32, as PyTorch's layer_norm saves them
   const int64_t C = last_dim(inp, op, "inp");
   require_numel(mean, inp.numel() / std::max<int64_t>(C, 1), op, "mean");
   require_numel(rstd, mean.numel(), op, "rstd");
@@ -199,21 +209,21 @@ void check_layernorm(const char* op, const Tensor& inp, const Tensor& mean, cons
 
 // out [.., OC] = inp [.., C] @ weight [OC, C]^T (+ bias [OC]).
 void check_matmul(const char* op, const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
-  require_f32(op, {out, inp, weight});
+  require_float(op, {out, inp, weight});
   if (weight.shape.ndim != 2) fail(op, "weight is " + weight.shape.str() + ", expected [OC, C]");
   const int64_t OC = weight.shape[0], C = weight.shape[1];
   if (last_dim(inp, op, "inp") != C)
     fail(op, "inp " + inp.shape.str() + " does not match weight " + weight.shape.str() + " (want [.., C])");
   require_shape(out, with_last_dim(inp.shape, OC), op, "out");
   if (bias.defined()) {
-    require_f32(bias, op);
+    require_float(op, {bias});
     require_numel(bias, OC, op, "bias");
   }
 }
 
 // logits [.., V] with one i32 target per row.
 void check_crossentropy(const char* op, const Tensor& logits, const Tensor& targets) {
-  require_f32(logits, op);
+  require_float(op, {logits});
   require_i32(targets, op, "targets");
   const int64_t V = last_dim(logits, op, "logits");
   require_numel(targets, logits.numel() / std::max<int64_t>(V, 1), op, "targets");
@@ -239,12 +249,12 @@ constexpr float kGeluCube = 0.044715f;
 }  // namespace
 
 void fill(Device& dev, Stream& s, const Tensor& t, float value) {
-  require_f32(t, "fill");
+  require_float("fill", {t});
   const int64_t n = t.numel();
-  dev.launch(s, {"fill", 0, 4.0 * static_cast<double>(n), DType::f32, KernelClass::elementwise, {writes(t)}}, [=] {
-    float* p = t.f32();
+  launch_f32(dev, s, kernel("fill", 0, KernelClass::elementwise, {writes(t)}), [=](const AsF32& f) {
+    float* p = f(t);
     for (int64_t i = 0; i < n; ++i) p[i] = value;
-  }, SHARDLAB_ON_CUDA(cuda::fill(t.f32(), n, value, stream)));
+  }, SHARDLAB_ON_CUDA_F32(cuda::fill(f(t), n, value, stream)));
 }
 
 // dst = src, byte for byte (any dtype): one read and one write of the tensor.
@@ -258,20 +268,18 @@ void copy(Device& dev, Stream& s, const Tensor& dst, const Tensor& src) {
 }
 
 void add_(Device& dev, Stream& s, const Tensor& dst, const Tensor& src) {
-  require_f32(dst, "add_");
-  require_f32(src, "add_");
+  require_float("add_", {dst, src});
   if (dst.numel() != src.numel())
     throw std::invalid_argument("add_: " + dst.shape.str() + " += " + src.shape.str() + ": sizes differ");
   const int64_t n = dst.numel();
-  // One FLOP and three 4-byte accesses (read both, write one) per element.
-  dev.launch(s, {"add_", static_cast<double>(n), 12.0 * static_cast<double>(n), DType::f32, KernelClass::elementwise,
-                 {reads(src), reads(dst), writes(dst)}},
-             [=] {
-               float* d = dst.f32();
-               const float* a = src.f32();
+  // One FLOP and three accesses (read both, write one) per element.
+  launch_f32(dev, s, kernel("add_", static_cast<double>(n), KernelClass::elementwise, {reads(src), reads(dst), writes(dst)}),
+             [=](const AsF32& f) {
+               float* d = f(dst);
+               const float* a = f(src);
                for (int64_t i = 0; i < n; ++i) d[i] += a[i];
              },
-             SHARDLAB_ON_CUDA(cuda::add_(dst.f32(), src.f32(), n, stream)));
+             SHARDLAB_ON_CUDA_F32(cuda::add_(f(dst), f(src), n, stream)));
 }
 
 void copy_blocks(Device& dev, Stream& s, std::string_view name, int64_t rows, const std::vector<CopyBlock>& blocks) {
@@ -328,33 +336,43 @@ void copy_blocks(Device& dev, Stream& s, std::string_view name, int64_t rows, co
 }
 
 void scale_(Device& dev, Stream& s, const Tensor& t, float factor) {
-  require_f32(t, "scale_");
+  require_float("scale_", {t});
   const int64_t n = t.numel();
-  dev.launch(s, {"scale_", static_cast<double>(n), 8.0 * static_cast<double>(n), DType::f32, KernelClass::elementwise,
-                 {reads(t), writes(t)}},
-             [=] {
-               float* p = t.f32();
+  launch_f32(dev, s, kernel("scale_", static_cast<double>(n), KernelClass::elementwise, {reads(t), writes(t)}),
+             [=](const AsF32& f) {
+               float* p = f(t);
                for (int64_t i = 0; i < n; ++i) p[i] *= factor;
              },
-             SHARDLAB_ON_CUDA(cuda::scale_(t.f32(), n, factor, stream)));
+             SHARDLAB_ON_CUDA_F32(cuda::scale_(f(t), n, factor, stream)));
+}
+
+void divide_(Device& dev, Stream& s, const Tensor& t, float divisor) {
+  require_float("divide_", {t});
+  const int64_t n = t.numel();
+  launch_f32(dev, s, kernel("divide_", static_cast<double>(n), KernelClass::elementwise, {reads(t), writes(t)}),
+             [=](const AsF32& f) {
+               float* p = f(t);
+               for (int64_t i = 0; i < n; ++i) p[i] /= divisor;
+             },
+             SHARDLAB_ON_CUDA_F32(cuda::divide_(f(t), n, divisor, stream)));
 }
 
 // out = a + b: the residual stream of a transformer block (x + attn(ln(x))). Its backward is
 // the identity on both inputs, which the caller does by accumulating the same gradient twice.
 void residual_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& a, const Tensor& b) {
-  require_f32("residual_forward", {out, a, b});
+  require_float("residual_forward", {out, a, b});
   if (a.numel() != out.numel() || b.numel() != out.numel())
     fail("residual_forward", out.shape.str() + " = " + a.shape.str() + " + " + b.shape.str() + ": sizes differ");
   const int64_t n = out.numel();
-  dev.launch(s, kernel("residual_forward", static_cast<double>(n), KernelClass::elementwise,
+  launch_f32(dev, s, kernel("residual_forward", static_cast<double>(n), KernelClass::elementwise,
                        {reads(a), reads(b), writes(out)}),
-             [=] {
-               float* o = out.f32();
-               const float* x = a.f32();
-               const float* y = b.f32();
+             [=](const AsF32& f) {
+               float* o = f(out);
+               const float* x = f(a);
+               const float* y = f(b);
                for (int64_t i = 0; i < n; ++i) o[i] = x[i] + y[i];
              },
-             SHARDLAB_ON_CUDA(cuda::residual_forward(out.f32(), a.f32(), b.f32(), n, stream)));
+             SHARDLAB_ON_CUDA_F32(cuda::residual_forward(f(out), f(a), f(b), n, stream)));
 }
 
 // out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]: a token's vector plus its position's. Only the
@@ -366,16 +384,18 @@ void embedding_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& 
   Kernel k = kernel("embedding_forward", static_cast<double>(B * T * C), KernelClass::elementwise,
                     with_positions({reads(tokens), reads(wte), reads(wpe), writes(out)}, positions));
   k.bytes = static_cast<double>(tokens.bytes() + out.bytes() + (positions.defined() ? positions.bytes() : 0)) +
-            4.0 * static_cast<double>((B * T + T) * C);
-  dev.launch(s, k, [=] {
+            static_cast<double>(dtype_size(wte.dtype) * B * T * C + dtype_size(wpe.dtype) * T * C);
+  launch_f32(dev, s, k, [=](const AsF32& f) {
+    float* const x = f(out);
+    const float *const te = f(wte), *const pe = f(wpe);
     for_each_token("embedding_forward", tokens, positions, B, T, V, P, [&](int64_t bt, int64_t t, int64_t ix) {
-      float* o = out.f32() + bt * C;
-      const float* w = wte.f32() + ix * C;
-      const float* p = wpe.f32() + t * C;
+      float* o = x + bt * C;
+      const float* w = te + ix * C;
+      const float* p = pe + t * C;
       for (int64_t i = 0; i < C; ++i) o[i] = w[i] + p[i];
     });
-  }, SHARDLAB_ON_CUDA(cuda::embedding_forward(out.f32(), tokens.i32(), positions.defined() ? positions.i32() : nullptr,
-                                              wte.f32(), wpe.f32(), B, T, C, V, P, stream)));
+  }, SHARDLAB_ON_CUDA_F32(cuda::embedding_forward(f(out), tokens.i32(), positions.defined() ? positions.i32() : nullptr,
+                                              f(wte), f(wpe), B, T, C, V, P, stream)));
 }
 
 // The gradient of a gather is a scatter-add: each position's dout goes to its token's row of
@@ -393,19 +413,21 @@ void embedding_backward(Device& dev, Stream& s, const Tensor& dwte, const Tensor
   Kernel k = kernel("embedding_backward", 2.0 * static_cast<double>(B * T * C), KernelClass::elementwise,
                     with_positions(std::move(acc), positions));
   k.bytes = static_cast<double>(tokens.bytes() + dout.bytes() + (positions.defined() ? positions.bytes() : 0)) +
-            8.0 * static_cast<double>(((dwte.defined() ? B * T : 0) + (dwpe.defined() ? T : 0)) * C);
-  dev.launch(s, k, [=] {
-    float* wte = dwte.defined() ? dwte.f32() : nullptr;
-    float* wpe = dwpe.defined() ? dwpe.f32() : nullptr;
+            2.0 * static_cast<double>(((dwte.defined() ? dtype_size(dwte.dtype) * B * T : 0) +
+                                       (dwpe.defined() ? dtype_size(dwpe.dtype) * T : 0)) * C);
+  launch_f32(dev, s, k, [=](const AsF32& f) {
+    float* wte = f(dwte);
+    float* wpe = f(dwpe);
+    const float* dy = f(dout);
     for_each_token("embedding_backward", tokens, positions, B, T, V, P, [&](int64_t bt, int64_t t, int64_t ix) {
-      const float* d = dout.f32() + bt * C;
+      const float* d = dy + bt * C;
       if (wte != nullptr)
         for (int64_t i = 0; i < C; ++i) wte[ix * C + i] += d[i];
       if (wpe != nullptr)
         for (int64_t i = 0; i < C; ++i) wpe[t * C + i] += d[i];
     });
-  }, SHARDLAB_ON_CUDA(cuda::embedding_backward(dwte.defined() ? dwte.f32() : nullptr,
-                                               dwpe.defined() ? dwpe.f32() : nullptr, dout.f32(), tokens.i32(),
+  }, SHARDLAB_ON_CUDA_F32(cuda::embedding_backward(f(dwte),
+                                               f(dwpe), f(dout), tokens.i32(),
                                                positions.defined() ? positions.i32() : nullptr, B, T, C, V, P, stream)));
 }
 
@@ -415,18 +437,18 @@ void embedding_backward(Device& dev, Stream& s, const Tensor& dwte, const Tensor
 void layernorm_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& mean, const Tensor& rstd,
                        const Tensor& inp, const Tensor& weight, const Tensor& bias) {
   check_layernorm("layernorm_forward", inp, mean, rstd, weight);
-  require_f32("layernorm_forward", {out, bias});
+  require_float("layernorm_forward", {out, bias});
   require_numel(bias, weight.numel(), "layernorm_forward", "bias");
   require_shape(out, inp.shape, "layernorm_forward", "out");
   const int64_t C = weight.numel(), N = mean.numel();
-  dev.launch(s, kernel("layernorm_forward", 8.0 * static_cast<double>(N * C), KernelClass::elementwise,
+  launch_f32(dev, s, kernel("layernorm_forward", 8.0 * static_cast<double>(N * C), KernelClass::elementwise,
                        {reads(inp), reads(weight), reads(bias), writes(out), writes(mean), writes(rstd)}),
-             [=] {
-               const float* w = weight.f32();
-               const float* b = bias.f32();
+             [=](const AsF32& f) {
+               const float* w = f(weight);
+               const float* b = f(bias);
                for (int64_t n = 0; n < N; ++n) {
-                 const float* x = inp.f32() + n * C;
-                 float* o = out.f32() + n * C;
+                 const float* x = f(inp) + n * C;
+                 float* o = f(out) + n * C;
                  float m = 0.0f;
                  for (int64_t i = 0; i < C; ++i) m += x[i];
                  m /= static_cast<float>(C);
@@ -435,12 +457,12 @@ void layernorm_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& 
                  var /= static_cast<float>(C);
                  const float rs = 1.0f / std::sqrt(var + 1e-5f);
                  for (int64_t i = 0; i < C; ++i) o[i] = (x[i] - m) * rs * w[i] + b[i];
-                 mean.f32()[n] = m;
-                 rstd.f32()[n] = rs;
+                 f(mean)[n] = m;
+                 f(rstd)[n] = rs;
                }
              },
-             SHARDLAB_ON_CUDA(cuda::layernorm_forward(out.f32(), mean.f32(), rstd.f32(), inp.f32(), weight.f32(),
-                                                      bias.f32(), N, C, stream)));
+             SHARDLAB_ON_CUDA_F32(cuda::layernorm_forward(f(out), f(mean), f(rstd), f(inp), f(weight),
+                                                      f(bias), N, C, stream)));
 }
 
 // With norm = (x - mean) * rstd and dnorm = weight * dout (as in llm.c):
@@ -454,27 +476,27 @@ void layernorm_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor
   // dweight and dbias may each be undefined: a frozen parameter (requires_grad=False) gets no
   // gradient, and the input's gradient is computed all the same.
   check_layernorm("layernorm_backward", inp, mean, rstd, weight);
-  require_f32("layernorm_backward", {dinp, dout});
+  require_float("layernorm_backward", {dinp, dout});
   require_shape(dinp, inp.shape, "layernorm_backward", "dinp");
   require_shape(dout, inp.shape, "layernorm_backward", "dout");
   for (auto [t, what] : {std::pair{&dweight, "dweight"}, std::pair{&dbias, "dbias"}}) {
     if (!t->defined()) continue;
-    require_f32(*t, "layernorm_backward");
+    require_float("layernorm_backward", {*t});
     require_numel(*t, weight.numel(), "layernorm_backward", what);
   }
   const int64_t C = weight.numel(), N = mean.numel();
   std::vector<Access> acc{reads(dout), reads(inp), reads(weight), reads(mean), reads(rstd)};
   accumulates_into(acc, {&dinp, &dweight, &dbias});
-  dev.launch(s, kernel("layernorm_backward", 19.0 * static_cast<double>(N * C), KernelClass::elementwise, std::move(acc)),
-             [=] {
-               const float* w = weight.f32();
-               float* dw = dweight.defined() ? dweight.f32() : nullptr;
-               float* db = dbias.defined() ? dbias.f32() : nullptr;
+  launch_f32(dev, s, kernel("layernorm_backward", 19.0 * static_cast<double>(N * C), KernelClass::elementwise, std::move(acc)),
+             [=](const AsF32& f) {
+               const float* w = f(weight);
+               float* dw = f(dweight);
+               float* db = f(dbias);
                for (int64_t n = 0; n < N; ++n) {
-                 const float* x = inp.f32() + n * C;
-                 const float* dy = dout.f32() + n * C;
-                 float* dx = dinp.f32() + n * C;
-                 const float m = mean.f32()[n], rs = rstd.f32()[n];
+                 const float* x = f(inp) + n * C;
+                 const float* dy = f(dout) + n * C;
+                 float* dx = f(dinp) + n * C;
+                 const float m = f(mean)[n], rs = f(rstd)[n];
                  float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
                  for (int64_t i = 0; i < C; ++i) {
                    const float dnorm = w[i] * dy[i];
@@ -491,9 +513,9 @@ void layernorm_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor
                    dx[i] += (w[i] * dy[i] - dnorm_mean - (x[i] - m) * rs * dnorm_norm_mean) * rs;
                }
              },
-             SHARDLAB_ON_CUDA(cuda::layernorm_backward(dinp.f32(), dweight.defined() ? dweight.f32() : nullptr,
-                                                       dbias.defined() ? dbias.f32() : nullptr, dout.f32(), inp.f32(),
-                                                       weight.f32(), mean.f32(), rstd.f32(), N, C, stream)));
+             SHARDLAB_ON_CUDA_F32(cuda::layernorm_backward(f(dinp), f(dweight),
+                                                       f(dbias), f(dout), f(inp),
+                                                       f(weight), f(mean), f(rstd), N, C, stream)));
 }
 
 // out[N, OC] = inp[N, C] @ weight[OC, C]^T + bias: out starts as the bias (or zero) and the
@@ -504,19 +526,19 @@ void matmul_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& inp
   const int64_t OC = weight.shape[0], C = weight.shape[1], N = inp.numel() / std::max<int64_t>(C, 1);
   std::vector<Access> acc{reads(inp), reads(weight), writes(out)};
   if (bias.defined()) acc.push_back(reads(bias));
-  dev.launch(s, kernel("matmul_forward", 2.0 * static_cast<double>(N * C * OC), KernelClass::matmul, std::move(acc)),
-             [=] {
-               float* o = out.f32();
+  launch_f32(dev, s, kernel("matmul_forward", 2.0 * static_cast<double>(N * C * OC), KernelClass::matmul, std::move(acc)),
+             [=](const AsF32& f) {
+               float* o = f(out);
                for (int64_t n = 0; n < N; ++n) {
                  if (bias.defined())
-                   std::copy_n(bias.f32(), OC, o + n * OC);
+                   std::copy_n(f(bias), OC, o + n * OC);
                  else
                    std::fill_n(o + n * OC, OC, 0.0f);
                }
-               gemm(N, OC, C, {inp.f32(), C, 1}, {weight.f32(), 1, C}, o, OC);
+               gemm(N, OC, C, {f(inp), C, 1}, {f(weight), 1, C}, o, OC);
              },
-             SHARDLAB_ON_CUDA(cuda::matmul_forward(out.f32(), inp.f32(), weight.f32(),
-                                                   bias.defined() ? bias.f32() : nullptr, N, C, OC, stream)));
+             SHARDLAB_ON_CUDA_F32(cuda::matmul_forward(f(out), f(inp), f(weight),
+                                                   f(bias), N, C, OC, stream)));
 }
 
 // The two products of a linear layer's backward, as two kernels (the trace shows both):
@@ -526,73 +548,73 @@ void matmul_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& inp
 void matmul_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                      const Tensor& dout, const Tensor& inp, const Tensor& weight) {
   check_matmul("matmul_backward", dout, inp, weight, dbias);
-  require_f32("matmul_backward", {dinp});
+  require_float("matmul_backward", {dinp});
   require_shape(dinp, inp.shape, "matmul_backward", "dinp");
   if (dweight.defined()) {
-    require_f32(dweight, "matmul_backward");
+    require_float("matmul_backward", {dweight});
     require_shape(dweight, weight.shape, "matmul_backward", "dweight");
   }
   const int64_t OC = weight.shape[0], C = weight.shape[1], N = inp.numel() / std::max<int64_t>(C, 1);
   const double flops = 2.0 * static_cast<double>(N * C * OC);
-  dev.launch(s, kernel("matmul_backward_input", flops, KernelClass::matmul,
+  launch_f32(dev, s, kernel("matmul_backward_input", flops, KernelClass::matmul,
                        {reads(dout), reads(weight), reads(dinp), writes(dinp)}),
-             [=] { gemm(N, C, OC, {dout.f32(), OC, 1}, {weight.f32(), C, 1}, dinp.f32(), C); },
-             SHARDLAB_ON_CUDA(cuda::matmul_backward_input(dinp.f32(), dout.f32(), weight.f32(), N, C, OC, stream)));
+             [=](const AsF32& f) { gemm(N, C, OC, {f(dout), OC, 1}, {f(weight), C, 1}, f(dinp), C); },
+             SHARDLAB_ON_CUDA_F32(cuda::matmul_backward_input(f(dinp), f(dout), f(weight), N, C, OC, stream)));
   // A frozen weight (requires_grad=False) has no gradient: its GEMM is not run at all, a third
   // of the layer's backward FLOPs saved. A bias may still train on its own.
   if (!dweight.defined() && !dbias.defined()) return;
   std::vector<Access> acc{reads(dout)};
   if (dweight.defined()) acc.push_back(reads(inp));
   accumulates_into(acc, {&dweight, &dbias});
-  dev.launch(s, kernel(dweight.defined() ? "matmul_backward_weight" : "matmul_backward_bias",
+  launch_f32(dev, s, kernel(dweight.defined() ? "matmul_backward_weight" : "matmul_backward_bias",
                        (dweight.defined() ? flops : 0.0) + (dbias.defined() ? static_cast<double>(N * OC) : 0.0),
                        KernelClass::matmul, std::move(acc)),
-             [=] {
-               if (dweight.defined()) gemm(OC, C, N, {dout.f32(), 1, OC}, {inp.f32(), C, 1}, dweight.f32(), C);
+             [=](const AsF32& f) {
+               if (dweight.defined()) gemm(OC, C, N, {f(dout), 1, OC}, {f(inp), C, 1}, f(dweight), C);
                if (!dbias.defined()) return;
-               float* db = dbias.f32();
-               const float* dy = dout.f32();
+               float* db = f(dbias);
+               const float* dy = f(dout);
                for (int64_t n = 0; n < N; ++n)
                  for (int64_t j = 0; j < OC; ++j) db[j] += dy[n * OC + j];
              },
-             SHARDLAB_ON_CUDA(cuda::matmul_backward_weight(dweight.defined() ? dweight.f32() : nullptr,
-                                                           dbias.defined() ? dbias.f32() : nullptr,
-                                                           dout.f32(), inp.f32(), N, C, OC, stream)));
+             SHARDLAB_ON_CUDA_F32(cuda::matmul_backward_weight(f(dweight),
+                                                           f(dbias),
+                                                           f(dout), f(inp), N, C, OC, stream)));
 }
 
 // GPT-2's GELU, the tanh approximation: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 // About 10 FLOPs per element, the tanh counted as one.
 void gelu_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& inp) {
-  require_f32("gelu_forward", {out, inp});
+  require_float("gelu_forward", {out, inp});
   require_shape(out, inp.shape, "gelu_forward", "out");
   const int64_t n = inp.numel();
-  dev.launch(s, kernel("gelu_forward", 10.0 * static_cast<double>(n), KernelClass::elementwise,
+  launch_f32(dev, s, kernel("gelu_forward", 10.0 * static_cast<double>(n), KernelClass::elementwise,
                        {reads(inp), writes(out)}),
-             [=] {
-               const float* x = inp.f32();
-               float* o = out.f32();
+             [=](const AsF32& f) {
+               const float* x = f(inp);
+               float* o = f(out);
                for (int64_t i = 0; i < n; ++i) {
                  const float u = kGeluScale * (x[i] + kGeluCube * x[i] * x[i] * x[i]);
                  o[i] = 0.5f * x[i] * (1.0f + std::tanh(u));
                }
              },
-             SHARDLAB_ON_CUDA(cuda::gelu_forward(out.f32(), inp.f32(), n, stream)));
+             SHARDLAB_ON_CUDA_F32(cuda::gelu_forward(f(out), f(inp), n, stream)));
 }
 
 // d/dx of 0.5 x (1 + tanh u), u = sqrt(2/pi) (x + 0.044715 x^3):
 //   0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2);  dinp += that * dout.
 // About 20 FLOPs per element.
 void gelu_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& inp, const Tensor& dout) {
-  require_f32("gelu_backward", {dinp, inp, dout});
+  require_float("gelu_backward", {dinp, inp, dout});
   require_shape(dinp, inp.shape, "gelu_backward", "dinp");
   require_shape(dout, inp.shape, "gelu_backward", "dout");
   const int64_t n = inp.numel();
-  dev.launch(s, kernel("gelu_backward", 20.0 * static_cast<double>(n), KernelClass::elementwise,
+  launch_f32(dev, s, kernel("gelu_backward", 20.0 * static_cast<double>(n), KernelClass::elementwise,
                        {reads(inp), reads(dout), reads(dinp), writes(dinp)}),
-             [=] {
-               const float* x = inp.f32();
-               const float* dy = dout.f32();
-               float* dx = dinp.f32();
+             [=](const AsF32& f) {
+               const float* x = f(inp);
+               const float* dy = f(dout);
+               float* dx = f(dinp);
                for (int64_t i = 0; i < n; ++i) {
                  const float x2 = x[i] * x[i];
                  const float th = std::tanh(kGeluScale * (x[i] + kGeluCube * x2 * x[i]));
@@ -602,29 +624,29 @@ void gelu_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& inp
                  dx[i] += grad * dy[i];
                }
              },
-             SHARDLAB_ON_CUDA(cuda::gelu_backward(dinp.f32(), inp.f32(), dout.f32(), n, stream)));
+             SHARDLAB_ON_CUDA_F32(cuda::gelu_backward(f(dinp), f(inp), f(dout), n, stream)));
 }
 
 // loss = -log softmax(x)[target] = log(sum_j exp(x_j - max)) + max - x_target. Subtracting the
 // row max keeps every exp <= 1, so large logits cannot overflow. About 3 FLOPs per logit.
 void crossentropy_forward(Device& dev, Stream& s, const Tensor& losses, const Tensor& logits, const Tensor& targets) {
   check_crossentropy("crossentropy_forward", logits, targets);
-  require_f32(losses, "crossentropy_forward");
+  require_f32(losses, "crossentropy_forward");  // per-position losses in float32, whatever the logits
   require_numel(losses, targets.numel(), "crossentropy_forward", "losses");
   const int64_t V = last_dim(logits, "crossentropy_forward", "logits"), N = targets.numel();
-  dev.launch(s, kernel("crossentropy_forward", 3.0 * static_cast<double>(N * V), KernelClass::elementwise,
+  launch_f32(dev, s, kernel("crossentropy_forward", 3.0 * static_cast<double>(N * V), KernelClass::elementwise,
                        {reads(logits), reads(targets), writes(losses)}),
-             [=] {
+             [=](const AsF32& f) {
                for (int64_t n = 0; n < N; ++n) {
-                 const float* x = logits.f32() + n * V;
+                 const float* x = f(logits) + n * V;
                  const int64_t t = target_of("crossentropy_forward", targets.i32(), n, V);
                  const float mx = row_max(x, V);
                  float sum = 0.0f;
                  for (int64_t i = 0; i < V; ++i) sum += std::exp(x[i] - mx);
-                 losses.f32()[n] = std::log(sum) + mx - x[t];
+                 f(losses)[n] = std::log(sum) + mx - x[t];
                }
              },
-             SHARDLAB_ON_CUDA(cuda::crossentropy_forward(losses.f32(), logits.f32(), targets.i32(), N, V, stream)));
+             SHARDLAB_ON_CUDA_F32(cuda::crossentropy_forward(f(losses), f(logits), targets.i32(), N, V, stream)));
 }
 
 // dlogits = (softmax(x) - onehot(target)) * dloss, written. The row's exps are stored in dlogits
@@ -632,15 +654,15 @@ void crossentropy_forward(Device& dev, Stream& s, const Tensor& losses, const Te
 void crossentropy_backward(Device& dev, Stream& s, const Tensor& dlogits, const Tensor& logits,
                            const Tensor& targets, float dloss) {
   check_crossentropy("crossentropy_backward", logits, targets);
-  require_f32(dlogits, "crossentropy_backward");
+  require_float("crossentropy_backward", {dlogits});
   require_shape(dlogits, logits.shape, "crossentropy_backward", "dlogits");
   const int64_t V = last_dim(logits, "crossentropy_backward", "logits"), N = targets.numel();
-  dev.launch(s, kernel("crossentropy_backward", 4.0 * static_cast<double>(N * V), KernelClass::elementwise,
+  launch_f32(dev, s, kernel("crossentropy_backward", 4.0 * static_cast<double>(N * V), KernelClass::elementwise,
                        {reads(logits), reads(targets), writes(dlogits)}),
-             [=] {
+             [=](const AsF32& f) {
                for (int64_t n = 0; n < N; ++n) {
-                 const float* x = logits.f32() + n * V;
-                 float* dx = dlogits.f32() + n * V;
+                 const float* x = f(logits) + n * V;
+                 float* dx = f(dlogits) + n * V;
                  const int64_t t = target_of("crossentropy_backward", targets.i32(), n, V);
                  const float mx = row_max(x, V);
                  float sum = 0.0f;
@@ -653,7 +675,7 @@ void crossentropy_backward(Device& dev, Stream& s, const Tensor& dlogits, const 
                  dx[t] -= dloss;
                }
              },
-             SHARDLAB_ON_CUDA(cuda::crossentropy_backward(dlogits.f32(), logits.f32(), targets.i32(), N, V, dloss,
+             SHARDLAB_ON_CUDA_F32(cuda::crossentropy_backward(f(dlogits), f(logits), targets.i32(), N, V, dloss,
                                                           stream)));
 }
 

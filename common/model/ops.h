@@ -12,7 +12,10 @@
 // - Backward ops ACCUMULATE (+=) into every gradient they produce, parameter and activation
 //   gradients alike, so residual branches and micro-batches add up; callers zero gradients.
 //   The one exception is crossentropy_backward, which writes dlogits.
-// - All float tensors are f32; token ids and targets are i32.
+// - Float tensors are f32, or bf16 under mixed precision (chapter 09): an op then computes in
+//   f32 and rounds each bf16 output once (f32_math.h). What stays f32 whatever the activations:
+//   layer norms' mean and rstd, the per-position losses, AdamW's tensors. Token ids and targets
+//   are i32.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +31,9 @@ void fill(Device& dev, Stream& s, const Tensor& t, float value);            // t
 void copy(Device& dev, Stream& s, const Tensor& dst, const Tensor& src);    // dst = src (same numel)
 void add_(Device& dev, Stream& s, const Tensor& dst, const Tensor& src);    // dst += src
 void scale_(Device& dev, Stream& s, const Tensor& t, float factor);         // t *= factor
+// t /= divisor: an average's last step as the MPI communicator takes it (sum, then divide);
+// multiplying by 1 / divisor instead rounds differently where the divisor is no power of two.
+void divide_(Device& dev, Stream& s, const Tensor& t, float divisor);
 void residual_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& a, const Tensor& b);  // out = a + b
 
 // Several 2-D copies in one kernel, each `rows` rows of `width` elements: for every block and

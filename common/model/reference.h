@@ -24,6 +24,15 @@ struct TrainSetup {
   ops::AdamW adamw{3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f};
   bool check_reference = true;  // chapters: compare the result with train_reference at the end
   std::string freeze;           // parameters that do not train (frozen_params' patterns in model.h)
+  // Mixed precision (chapter 09's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=float32)):
+  // forward and backward in bf16 on parameters cast from float32 masters, the gradients
+  // widened to float32, averaged, and AdamW in float32. Each data-parallel rank rounds the
+  // gradient of its own share to bf16 before the reduction, so the single-rank run takes the
+  // global batch as `grad_shards` micro-batches (the ranks' shares, in rank order), each
+  // backward into bf16 gradients of its own, summed in float32 and divided by their number:
+  // the same roundings as the ranks'.
+  DType param_dtype = DType::f32;
+  int64_t grad_shards = 1;
 };
 
 struct ReferenceRun {
@@ -36,6 +45,10 @@ struct ReferenceRun {
 // The order of each global batch's sequences. `reversed` trains on the same sequences, last
 // first: the same math, its sums over the batch taken in another order. Its distance from the
 // `as_sampled` run is what float32 rounding alone does to this training (chapters' tolerance).
+// In bf16 the shards' gradients are summed last first instead (each shard's own sequences in
+// order) and averaged by multiplying by the reciprocal rather than dividing: reordering the rows
+// would move sequences between shards and change the bf16 roundings themselves, which the ranks
+// share with the reference; only the float32 average's arithmetic may differ.
 enum class BatchOrder { as_sampled, reversed };
 
 // `after_step(k)`, if given, is called after step k (counted from 1): for progress lines, since a

@@ -45,3 +45,20 @@ add_test(NAME "ch09: --freeze naming no parameter exits 2 naming the flag"
          COMMAND ${EXPECT_EXIT} 2 "--freeze: got 'attn,nosuch'; allowed: comma-separated parts of parameter names; no parameter of tiny has \"nosuch\" in its name" --not "step 1/"
                  -- ${MPIRUN} -np 2 $<TARGET_FILE:shardlab_ch09> --freeze attn,nosuch)
 set_tests_properties("ch09: --freeze naming no parameter exits 2 naming the flag" PROPERTIES PROCESSORS 2)
+# Mixed precision (MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=float32)): the single-rank
+# reference rounds as the ranks do (reference.h: each rank's share of the gradient in bf16, the
+# average in float32), so the two agree to the bit wherever the average's arithmetic is the same.
+foreach(np 1 2 3 4)
+  add_test(NAME "ch09: --mixed-precision bf16 at world ${np} equals single-rank bf16 training with the same roundings"
+           COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch09> --mixed-precision bf16 --trace-dir ${RUNS} --run-name ch09_bf16_np${np})
+  set_tests_properties("ch09: --mixed-precision bf16 at world ${np} equals single-rank bf16 training with the same roundings" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
+endforeach()
+# bf16 keeps 8 bits of mantissa: its loss may differ from float32's by one rounding step of the
+# loss itself (2^-8 relative) over the chapter's default steps, not more.
+add_test(NAME "ch09: the bf16 loss stays within 2^-8 (relative) of the float32 loss over the default steps"
+         COMMAND sh -c "${MPIRUN_SH} -np 2 $<TARGET_FILE:shardlab_ch09> --trace-dir '${RUNS}' --run-name ch09_loss_f32 > /dev/null && ${MPIRUN_SH} -np 2 $<TARGET_FILE:shardlab_ch09> --mixed-precision bf16 --trace-dir '${RUNS}' --run-name ch09_loss_bf16 > /dev/null && ${Python3_EXECUTABLE} ${TESTS}/harness/check_same_loss.py '${RUNS}/ch09_loss_f32/summary.json' '${RUNS}/ch09_loss_bf16/summary.json' --rtol 0.00390625")
+set_tests_properties("ch09: the bf16 loss stays within 2^-8 (relative) of the float32 loss over the default steps" PROPERTIES TIMEOUT 300 PROCESSORS 2)
+add_test(NAME "ch09: --mixed-precision other than none or bf16 exits 2 naming the flag"
+         COMMAND ${EXPECT_EXIT} 2 "--mixed-precision: got 'fp16'; allowed: none or bf16" --not "step 1/"
+                 -- ${MPIRUN} -np 2 $<TARGET_FILE:shardlab_ch09> --mixed-precision fp16)
+set_tests_properties("ch09: --mixed-precision other than none or bf16 exits 2 naming the flag" PROPERTIES PROCESSORS 2)

@@ -193,13 +193,14 @@ TEST_CASE("model: every op a training step launches, and every other op, has a C
   ops::copy(dev, s, m, grads);
   ops::add_(dev, s, m, grads);
   ops::scale_(dev, s, m, 0.5f);
+  ops::divide_(dev, s, m, 3.0f);
   Tensor out = dev.empty({1, 2, 4, 8}, DType::f32, s, "out"), lse = dev.empty({1, 2, 4}, DType::f32, s, "lse");
   Tensor out_b = dev.empty({1, 2, 4, 8}, DType::f32, s, "out_b"), lse_b = dev.empty({1, 2, 4}, DType::f32, s, "lse_b");
   for (const Tensor& t : {out, lse, out_b, lse_b}) ops::fill(dev, s, t, 0.25f);
   ops::attention_merge(dev, s, out, lse, out_b, lse_b);
 
   const std::set<std::string> every_op = {
-      "fill", "copy", "add_", "scale_", "residual_forward", "embedding_forward", "embedding_backward",
+      "fill", "copy", "add_", "scale_", "divide_", "residual_forward", "embedding_forward", "embedding_backward",
       "layernorm_forward", "layernorm_backward", "matmul_forward", "matmul_backward_input", "matmul_backward_weight",
       "gelu_forward", "gelu_backward", "crossentropy_forward", "crossentropy_backward", "adamw", "attention_forward",
       "attention_backward", "attention_merge", "qkv_split", "qkv_split_backward", "heads_merge", "heads_merge_backward"};

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "device/bf16.h"
+#include "model/attention.h"
+#include "model/f32_math.h"
 #include "model/ops.h"
 #include "device/sim_device.h"
 
@@ -264,6 +266,165 @@ TEST_CASE("ops: copy_blocks converts between f32 and bf16, rounding to nearest e
   Tensor ids = dev.empty({2}, DType::i32, s, "ids");
   CHECK_THROWS_WITH(ops::copy_blocks(dev, s, "chunk_cat", 1, {{ids, wide, 2, 2, 2}}),
                     Catch::Contains("chunk_cat") && Catch::Contains("only f32 and bf16"));
+}
+
+// Mixed precision (f32_math.h): handed bf16 tensors, an op computes what it computes on their
+// float32 values and rounds each output once. Every op runs twice on the same values, on bf16
+// tensors and on float32 ones: each bf16 output must be the float32 output rounded, bit for bit,
+// and what stays float32 (layer norms' statistics, attention's lse, the losses) equal.
+TEST_CASE("ops: on bf16 tensors every op computes in float32 and rounds each output once", "[ops][bf16]") {
+  SimDevice dev = real_device();
+  Stream& s = dev.compute_stream();
+  struct Both {
+    Tensor wide, half;  // the same values, as float32 and as bf16
+  };
+  auto both = [&](Shape shape, double scale = 1.0) {
+    Vec v = random_vec(shape.numel(), scale);
+    for (double& x : v) x = round_bf16(static_cast<float>(x));
+    Both b{tensor_of(dev, shape, v, "f32"), dev.empty(shape, DType::bf16, s, "bf16")};
+    for (int64_t i = 0; i < shape.numel(); ++i) b.half.bf16()[i] = to_bf16(b.wide.f32()[i]);
+    return b;
+  };
+  // Checks an output, then gives its float32 twin the rounded values, so the next op that reads
+  // it sees the same inputs on both sides.
+  auto rounded = [](const Both& b, const char* what) {
+    INFO(what);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < b.wide.numel(); ++i) differ += b.half.bf16()[i] != to_bf16(b.wide.f32()[i]);
+    CHECK(differ == 0);
+    for (int64_t i = 0; i < b.wide.numel(); ++i) b.wide.f32()[i] = from_bf16(b.half.bf16()[i]);
+  };
+  auto stat = [&](Shape shape) { return zeros(dev, shape, "stat"); };
+  const int64_t B = 2, T = 5, C = 12, N = B * T, OC = 7, V = 11, NH = 3, hs = C / NH;
+
+  Both x = both({N, C}), w = both({OC, C}), bias = both({OC}), out = both({N, OC});
+  ops::matmul_forward(dev, s, out.wide, x.wide, w.wide, bias.wide);
+  ops::matmul_forward(dev, s, out.half, x.half, w.half, bias.half);
+  rounded(out, "matmul_forward");
+  Both dx = both({N, C}), dw = both({OC, C}), db = both({OC});  // accumulated into: nonzero to start
+  ops::matmul_backward(dev, s, dx.wide, dw.wide, db.wide, out.wide, x.wide, w.wide);
+  ops::matmul_backward(dev, s, dx.half, dw.half, db.half, out.half, x.half, w.half);
+  for (auto [t, what] : {std::pair{&dx, "dinp"}, std::pair{&dw, "dweight"}, std::pair{&db, "dbias"}}) rounded(*t, what);
+
+  Both ln = both({N, C}), cw = both({C}), cb = both({C});
+  Tensor mean[2] = {stat({N}), stat({N})}, rstd[2] = {stat({N}), stat({N})};
+  ops::layernorm_forward(dev, s, ln.wide, mean[0], rstd[0], x.wide, cw.wide, cb.wide);
+  ops::layernorm_forward(dev, s, ln.half, mean[1], rstd[1], x.half, cw.half, cb.half);
+  rounded(ln, "layernorm_forward");
+  CHECK(values(mean[1]) == values(mean[0]));
+  CHECK(values(rstd[1]) == values(rstd[0]));
+  Both dcw = both({C}), dcb = both({C});
+  ops::layernorm_backward(dev, s, dx.wide, dcw.wide, dcb.wide, ln.wide, x.wide, cw.wide, mean[0], rstd[0]);
+  ops::layernorm_backward(dev, s, dx.half, dcw.half, dcb.half, ln.half, x.half, cw.half, mean[0], rstd[0]);
+  for (auto [t, what] : {std::pair{&dx, "dinp"}, std::pair{&dcw, "dweight"}, std::pair{&dcb, "dbias"}}) rounded(*t, what);
+
+  Both g = both({N, C});
+  ops::gelu_forward(dev, s, g.wide, x.wide);
+  ops::gelu_forward(dev, s, g.half, x.half);
+  rounded(g, "gelu_forward");
+  ops::gelu_backward(dev, s, dx.wide, x.wide, g.wide);
+  ops::gelu_backward(dev, s, dx.half, x.half, g.half);
+  rounded(dx, "gelu_backward");
+  ops::residual_forward(dev, s, g.wide, x.wide, dx.wide);
+  ops::residual_forward(dev, s, g.half, x.half, dx.half);
+  rounded(g, "residual_forward");
+  ops::add_(dev, s, g.wide, x.wide);
+  ops::add_(dev, s, g.half, x.half);
+  rounded(g, "add_");
+  ops::scale_(dev, s, g.wide, 0.3f);
+  ops::scale_(dev, s, g.half, 0.3f);
+  rounded(g, "scale_");
+
+  const std::vector<int32_t> ids = random_ids(N, V);
+  Tensor tokens = i32_tensor(dev, {B, T}, ids, "tokens");
+  Both wte = both({V, C}), wpe = both({T, C}), emb = both({B, T, C});
+  ops::embedding_forward(dev, s, emb.wide, tokens, wte.wide, wpe.wide);
+  ops::embedding_forward(dev, s, emb.half, tokens, wte.half, wpe.half);
+  rounded(emb, "embedding_forward");
+  ops::embedding_backward(dev, s, wte.wide, wpe.wide, emb.wide, tokens);
+  ops::embedding_backward(dev, s, wte.half, wpe.half, emb.half, tokens);
+  rounded(wte, "embedding_backward dwte");
+  rounded(wpe, "embedding_backward dwpe");
+
+  Both logits = both({B, T, V}, 4.0), dlogits = both({B, T, V});
+  Tensor losses[2] = {stat({B, T}), stat({B, T})};
+  ops::crossentropy_forward(dev, s, losses[0], logits.wide, tokens);
+  ops::crossentropy_forward(dev, s, losses[1], logits.half, tokens);
+  CHECK(values(losses[1]) == values(losses[0]));
+  ops::crossentropy_backward(dev, s, dlogits.wide, logits.wide, tokens, 0.1f);
+  ops::crossentropy_backward(dev, s, dlogits.half, logits.half, tokens, 0.1f);
+  rounded(dlogits, "crossentropy_backward");
+
+  using ops::AttentionMask;
+  Both qkv = both({B, T, 3 * C}), q = both({B, NH, T, hs}), k = both({B, NH, T, hs}), v = both({B, NH, T, hs});
+  ops::qkv_split(dev, s, q.wide, k.wide, v.wide, qkv.wide, static_cast<int>(NH));
+  ops::qkv_split(dev, s, q.half, k.half, v.half, qkv.half, static_cast<int>(NH));
+  for (auto [t, what] : {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"}}) rounded(*t, what);
+  Both o = both({B, NH, T, hs}), dq = both({B, NH, T, hs}), dk = both({B, NH, T, hs}), dv = both({B, NH, T, hs});
+  Tensor lse[2] = {stat({B, NH, T}), stat({B, NH, T})};
+  ops::attention_forward(dev, s, o.wide, lse[0], q.wide, k.wide, v.wide, AttentionMask::causal);
+  ops::attention_forward(dev, s, o.half, lse[1], q.half, k.half, v.half, AttentionMask::causal);
+  rounded(o, "attention_forward");
+  CHECK(values(lse[1]) == values(lse[0]));
+  ops::attention_backward(dev, s, dq.wide, dk.wide, dv.wide, o.wide, q.wide, k.wide, v.wide, o.wide, lse[0],
+                          AttentionMask::causal);
+  ops::attention_backward(dev, s, dq.half, dk.half, dv.half, o.half, q.half, k.half, v.half, o.half, lse[0],
+                          AttentionMask::causal);
+  for (auto [t, what] : {std::pair{&dq, "dq"}, std::pair{&dk, "dk"}, std::pair{&dv, "dv"}}) rounded(*t, what);
+  Both merged = both({B, T, C});
+  ops::heads_merge(dev, s, merged.wide, o.wide);
+  ops::heads_merge(dev, s, merged.half, o.half);
+  rounded(merged, "heads_merge");
+  ops::heads_merge_backward(dev, s, dq.wide, merged.wide);
+  ops::heads_merge_backward(dev, s, dq.half, merged.half);
+  rounded(dq, "heads_merge_backward");
+  ops::qkv_split_backward(dev, s, qkv.wide, dq.wide, dk.wide, dv.wide, static_cast<int>(NH));
+  ops::qkv_split_backward(dev, s, qkv.half, dq.half, dk.half, dv.half, static_cast<int>(NH));
+  rounded(qkv, "qkv_split_backward");
+  ops::fill(dev, s, g.wide, 0.1f);
+  ops::fill(dev, s, g.half, 0.1f);
+  rounded(g, "fill");
+  CHECK(dev.race_reports().empty());
+
+  // What stays float32 refuses bf16, naming the op.
+  using Catch::Contains;
+  Tensor half_stat = dev.empty({N}, DType::bf16, s, "bf16 statistics");
+  CHECK_THROWS_WITH(ops::layernorm_forward(dev, s, ln.half, half_stat, half_stat, x.half, cw.half, cb.half),
+                    Contains("layernorm_forward") && Contains("f32"));
+  CHECK_THROWS_WITH(ops::crossentropy_forward(dev, s, dlogits.half.view(0, {N}), logits.half, tokens),
+                    Contains("crossentropy_forward") && Contains("f32"));
+  CHECK_THROWS_WITH(ops::adamw(dev, s, w.half, w.half, w.half, w.half, 1, {}), Contains("adamw") && Contains("f32"));
+}
+
+// The cost of an op in bf16: a GEMM-shaped one runs at the tensor cores' bf16 peak, everything
+// else computes in float32 (its FLOPs at the f32 peak) and moves 2-byte elements.
+TEST_CASE("ops: a bf16 matmul is charged the bf16 peak, every op its 2-byte traffic", "[ops][bf16]") {
+  Profile p = load_profile("h100-8");
+  p.kernel_overhead_us = 0;
+  p.matmul_efficiency = p.attention_efficiency = p.elementwise_efficiency = 1;
+  const int64_t N = 6, C = 5, OC = 7;
+  auto last = [](SimDevice& dev) {
+    const auto& slices = dev.trace().timeline().slices;
+    return slices.back().end_us - slices.back().start_us;
+  };
+  for (const bool count_flops : {true, false}) {
+    p.peak_tflops_f32 = count_flops ? 1e-6 : 1e9;  // 1 FLOP a us
+    p.peak_tflops_bf16 = count_flops ? 4e-6 : 1e9;  // 4 FLOPs a us
+    p.hbm_GBps = count_flops ? 1e12 : 1e-3;         // 1 byte a us
+    SimDevice dev(p, ComputeMode::skip, 0, 1);
+    Stream& s = dev.compute_stream();
+    for (const DType t : {DType::f32, DType::bf16}) {
+      auto make = [&](Shape shape) { return dev.empty(shape, t, s, "t"); };
+      Tensor x = make({N, C}), w = make({OC, C}), out = make({N, OC}), y = make({N, C});
+      const double f = static_cast<double>(dtype_size(t));
+      ops::matmul_forward(dev, s, out, x, w, Tensor{});
+      const double peak = t == DType::bf16 ? 4.0 : 1.0;
+      CHECK(last(dev) == Approx(count_flops ? 2.0 * N * C * OC / peak : f * (N * C + OC * C + N * OC)));
+      ops::gelu_forward(dev, s, y, x);
+      CHECK(last(dev) == Approx(count_flops ? 10.0 * N * C : 2 * f * N * C));
+    }
+  }
+  CHECK(ops::math_dtype(KernelClass::elementwise, {}) == DType::f32);
 }
 
 TEST_CASE("ops: embedding forward matches a double reference, backward matches finite differences", "[ops]") {
