@@ -137,7 +137,7 @@ class FsdpParamGroup {
     // along the columns, each parameter's [G, W n / G] block is its padded rows in order.
     const int W = world(), G = gather_ranks_;
     const int64_t slot = slot_ * W / G;
-    // lab: begin 09.copy-out "the all-gather's copy-out: each parameter's padded rows out of the [G, slot] buffer, one kernel" #one-collective-a-group-and-the-copies-around-it uses(W, G, slot)
+    // lab: begin 09.copy-out "the all-gather's copy-out: each parameter's padded rows out of the [G, slot] buffer, one kernel" #one-collective-a-group-and-the-copies-around-it uses(W, G, slot, param_dtype_)
     std::vector<ops::CopyBlock> copy_out;
     for (size_t i = 0; i < params_.size(); ++i) {
       FsdpParam& p = *params_[i];

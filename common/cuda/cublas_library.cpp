@@ -45,6 +45,7 @@ CublasLibrary open_cublas() {
   api.set_math_mode = reinterpret_cast<decltype(api.set_math_mode)>(symbol("cublasSetMathMode"));
   api.set_stream = reinterpret_cast<decltype(api.set_stream)>(symbol("cublasSetStream_v2"));
   api.sgemm = reinterpret_cast<decltype(api.sgemm)>(symbol("cublasSgemm_v2"));
+  api.gemm_ex = reinterpret_cast<decltype(api.gemm_ex)>(symbol("cublasGemmEx"));
   api.status_string = reinterpret_cast<decltype(api.status_string)>(symbol("cublasGetStatusString"));
   return api;
 }

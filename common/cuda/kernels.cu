@@ -418,6 +418,20 @@ void sgemm(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n,
                               gemm_dim(lda, op), B, gemm_dim(ldb, op), &beta, C, gemm_dim(ldc, op)));
 }
 
+// The same with bf16 A, B and C (cublasGemmEx, CUDA_R_16BF): products summed in float32
+// (CUBLAS_COMPUTE_32F), C = round(A B + beta C) to bf16 once, on tensor cores.
+void gemm_bf16(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k, const void* A,
+               int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc, void* stream, const char* op) {
+  if (m == 0 || n == 0) return;
+  const float alpha = 1.0f;
+  std::lock_guard<std::mutex> lock(cublas_mutex);
+  cublasHandle_t handle = cublas_handle_locked();
+  CUBLAS_CHECK(cublas().set_stream(handle, as_stream(stream)));
+  CUBLAS_CHECK(cublas().gemm_ex(handle, op_a, op_b, gemm_dim(m, op), gemm_dim(n, op), gemm_dim(k, op), &alpha, A,
+                                CUDA_R_16BF, gemm_dim(lda, op), B, CUDA_R_16BF, gemm_dim(ldb, op), &beta, C, CUDA_R_16BF,
+                                gemm_dim(ldc, op), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 // One thread per element of out[N, OC]: element i starts as bias[i % OC] (the GEMM then adds).
 __global__ void broadcast_bias_kernel(float* out, const float* bias, int64_t n, int64_t OC) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -453,6 +467,28 @@ void matmul_backward_weight(float* dweight, float* dbias, const float* dout, con
   bias_backward_kernel<<<column_sum_grid(N, OC), dim3(kWarp, kWarp), 0, as_stream(stream)>>>(
       dbias, dout, N, row_length(OC, "matmul_backward_weight"));
   CUDA_CHECK(cudaGetLastError());
+}
+
+// Mixed precision's GEMMs, the same three products on bf16 operands. The bias's rows are copied
+// as they are (bf16 to bf16: copy_blocks with a source pitch of 0 reads the bias for every row).
+void matmul_forward_bf16(void* out, const void* inp, const void* weight, const void* bias, int64_t N, int64_t C,
+                         int64_t OC, void* stream) {
+  float beta = 0.0f;
+  if (bias != nullptr && N * OC > 0) {
+    copy_blocks({{bias, out, OC, 0, OC, OC, true, true}}, N, stream);
+    beta = 1.0f;
+  }
+  gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, weight, C, inp, C, beta, out, OC, stream, "matmul_forward");
+}
+
+void matmul_backward_input_bf16(void* dinp, const void* dout, const void* weight, int64_t N, int64_t C, int64_t OC,
+                                void* stream) {
+  gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, weight, C, dout, OC, 1.0f, dinp, C, stream, "matmul_backward_input");
+}
+
+void matmul_backward_weight_bf16(void* dweight, const void* dout, const void* inp, int64_t N, int64_t C, int64_t OC,
+                                 void* stream) {
+  gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, 1.0f, dweight, C, stream, "matmul_backward_weight");
 }
 
 // ============================================================================================

@@ -76,6 +76,16 @@ void matmul_backward_input(float* dinp, const float* dout, const float* weight, 
 // dweight[OC,C] += dout^T @ inp; dbias[OC] += column sums of dout (when dbias is not null)
 void matmul_backward_weight(float* dweight, float* dbias /*nullable*/, const float* dout, const float* inp, int64_t N,
                             int64_t C, int64_t OC, void* stream);
+// Under mixed precision, the same products on bf16 operands (uint16_t bits), through
+// cublasGemmEx with CUBLAS_COMPUTE_32F: summed in float32, each output rounded to bf16 once, as
+// model/f32_math.h's rule says and the CPU does (in another summation order). The bias's
+// gradient, a column sum, goes through the float32 kernel above on float32 copies.
+void matmul_forward_bf16(void* out, const void* inp, const void* weight, const void* bias /*nullable*/, int64_t N,
+                         int64_t C, int64_t OC, void* stream);
+void matmul_backward_input_bf16(void* dinp, const void* dout, const void* weight, int64_t N, int64_t C, int64_t OC,
+                                void* stream);
+void matmul_backward_weight_bf16(void* dweight, const void* dout, const void* inp, int64_t N, int64_t C, int64_t OC,
+                                 void* stream);
 
 // ---- GELU (tanh approximation); backward accumulates
 void gelu_forward(float* out, const float* inp, int64_t n, void* stream);

@@ -68,7 +68,11 @@ float* AsF32::operator()(const Tensor& t) const {
 void launch_f32(Device& dev, Stream& s, const Kernel& k, F32Host host, F32Cuda cuda) {
   CudaBody on_cuda;
   if (cuda) on_cuda = [acc = k.accesses, cuda](void* stream) { const AsF32 f(acc, stream); cuda(f, stream); };
-  dev.launch(s, k, [acc = k.accesses, host] { const AsF32 f(acc); host(f); }, on_cuda);
+  dev.launch(s, k, f32_host(k, std::move(host)), on_cuda);
+}
+
+HostBody f32_host(const Kernel& k, F32Host host) {
+  return [acc = k.accesses, host = std::move(host)] { const AsF32 f(acc); host(f); };
 }
 
 DType math_dtype(KernelClass cls, const std::vector<Access>& accesses) {

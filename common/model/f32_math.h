@@ -60,6 +60,9 @@ class AsF32 {
 using F32Host = std::function<void(const AsF32&)>;
 using F32Cuda = std::function<void(const AsF32&, void*)>;
 void launch_f32(Device& dev, Stream& s, const Kernel& k, F32Host host, F32Cuda cuda);
+// Its CPU half alone, for an op whose CUDA body takes bf16 tensors as they are (the matmuls:
+// cuBLAS's bf16 GEMMs).
+HostBody f32_host(const Kernel& k, F32Host host);
 
 // The dtype an op's math runs at, for the cost model: bf16 (tensor cores) for a GEMM-shaped op
 // whose operands are bf16, float32 for everything else, which computes in float32 whatever its

@@ -221,6 +221,13 @@ void check_matmul(const char* op, const Tensor& out, const Tensor& inp, const Te
   }
 }
 
+// Every defined one of `ts` is bf16 (an undefined one, a missing bias, does not count).
+bool all_bf16(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    if (t->defined() && t->dtype != DType::bf16) return false;
+  return true;
+}
+
 // logits [.., V] with one i32 target per row.
 void check_crossentropy(const char* op, const Tensor& logits, const Tensor& targets) {
   require_float(op, {logits});
@@ -526,8 +533,9 @@ void matmul_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& inp
   const int64_t OC = weight.shape[0], C = weight.shape[1], N = inp.numel() / std::max<int64_t>(C, 1);
   std::vector<Access> acc{reads(inp), reads(weight), writes(out)};
   if (bias.defined()) acc.push_back(reads(bias));
-  launch_f32(dev, s, kernel("matmul_forward", 2.0 * static_cast<double>(N * C * OC), KernelClass::matmul, std::move(acc)),
-             [=](const AsF32& f) {
+  const Kernel k = kernel("matmul_forward", 2.0 * static_cast<double>(N * C * OC), KernelClass::matmul, std::move(acc));
+  [[maybe_unused]] const bool bf16 = all_bf16({&out, &inp, &weight, &bias});
+  dev.launch(s, k, f32_host(k, [=](const AsF32& f) {
                float* o = f(out);
                for (int64_t n = 0; n < N; ++n) {
                  if (bias.defined())
@@ -536,9 +544,14 @@ void matmul_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& inp
                    std::fill_n(o + n * OC, OC, 0.0f);
                }
                gemm(N, OC, C, {f(inp), C, 1}, {f(weight), 1, C}, o, OC);
-             },
-             SHARDLAB_ON_CUDA_F32(cuda::matmul_forward(f(out), f(inp), f(weight),
-                                                   f(bias), N, C, OC, stream)));
+             }),
+             // bf16 operands go to cuBLAS as they are (tensor cores); anything else in float32.
+             SHARDLAB_ON_CUDA(if (bf16) {
+               cuda::matmul_forward_bf16(out.data, inp.data, weight.data, bias.defined() ? bias.data : nullptr, N, C, OC,
+                                         stream);
+               return;
+             } const AsF32 f(k.accesses, stream);
+             cuda::matmul_forward(f(out), f(inp), f(weight), f(bias), N, C, OC, stream)));
 }
 
 // The two products of a linear layer's backward, as two kernels (the trace shows both):
@@ -556,30 +569,44 @@ void matmul_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& d
   }
   const int64_t OC = weight.shape[0], C = weight.shape[1], N = inp.numel() / std::max<int64_t>(C, 1);
   const double flops = 2.0 * static_cast<double>(N * C * OC);
-  launch_f32(dev, s, kernel("matmul_backward_input", flops, KernelClass::matmul,
-                       {reads(dout), reads(weight), reads(dinp), writes(dinp)}),
-             [=](const AsF32& f) { gemm(N, C, OC, {f(dout), OC, 1}, {f(weight), C, 1}, f(dinp), C); },
-             SHARDLAB_ON_CUDA_F32(cuda::matmul_backward_input(f(dinp), f(dout), f(weight), N, C, OC, stream)));
+  const Kernel kin = kernel("matmul_backward_input", flops, KernelClass::matmul,
+                            {reads(dout), reads(weight), reads(dinp), writes(dinp)});
+  [[maybe_unused]] const bool bf16_in = all_bf16({&dinp, &dout, &weight});
+  dev.launch(s, kin, f32_host(kin, [=](const AsF32& f) { gemm(N, C, OC, {f(dout), OC, 1}, {f(weight), C, 1}, f(dinp), C); }),
+             SHARDLAB_ON_CUDA(if (bf16_in) {
+               cuda::matmul_backward_input_bf16(dinp.data, dout.data, weight.data, N, C, OC, stream);
+               return;
+             } const AsF32 f(kin.accesses, stream);
+             cuda::matmul_backward_input(f(dinp), f(dout), f(weight), N, C, OC, stream)));
   // A frozen weight (requires_grad=False) has no gradient: its GEMM is not run at all, a third
   // of the layer's backward FLOPs saved. A bias may still train on its own.
   if (!dweight.defined() && !dbias.defined()) return;
   std::vector<Access> acc{reads(dout)};
   if (dweight.defined()) acc.push_back(reads(inp));
   accumulates_into(acc, {&dweight, &dbias});
-  launch_f32(dev, s, kernel(dweight.defined() ? "matmul_backward_weight" : "matmul_backward_bias",
-                       (dweight.defined() ? flops : 0.0) + (dbias.defined() ? static_cast<double>(N * OC) : 0.0),
-                       KernelClass::matmul, std::move(acc)),
-             [=](const AsF32& f) {
+  const Kernel kw = kernel(dweight.defined() ? "matmul_backward_weight" : "matmul_backward_bias",
+                           (dweight.defined() ? flops : 0.0) + (dbias.defined() ? static_cast<double>(N * OC) : 0.0),
+                           KernelClass::matmul, std::move(acc));
+  [[maybe_unused]] const bool bf16_w = dweight.defined() && all_bf16({&dweight, &dout, &inp});
+  dev.launch(s, kw, f32_host(kw, [=](const AsF32& f) {
                if (dweight.defined()) gemm(OC, C, N, {f(dout), 1, OC}, {f(inp), C, 1}, f(dweight), C);
                if (!dbias.defined()) return;
                float* db = f(dbias);
                const float* dy = f(dout);
                for (int64_t n = 0; n < N; ++n)
                  for (int64_t j = 0; j < OC; ++j) db[j] += dy[n * OC + j];
-             },
-             SHARDLAB_ON_CUDA_F32(cuda::matmul_backward_weight(f(dweight),
-                                                           f(dbias),
-                                                           f(dout), f(inp), N, C, OC, stream)));
+             }),
+             // In bf16 the weight's GEMM goes to cuBLAS as it is; the bias's column sums (a
+             // reduction, not a GEMM) on float32 copies of dout and dbias.
+             SHARDLAB_ON_CUDA(if (!bf16_w) {
+               const AsF32 f(kw.accesses, stream);
+               cuda::matmul_backward_weight(f(dweight), f(dbias), f(dout), f(inp), N, C, OC, stream);
+               return;
+             } cuda::matmul_backward_weight_bf16(dweight.data, dout.data, inp.data, N, C, OC, stream);
+             if (dbias.defined()) {
+               const AsF32 f({reads(dout), reads(dbias), writes(dbias)}, stream);
+               cuda::matmul_backward_weight(nullptr, f(dbias), f(dout), nullptr, N, C, OC, stream);
+             }));
 }
 
 // GPT-2's GELU, the tanh approximation: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).

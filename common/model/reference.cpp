@@ -68,12 +68,12 @@ ReferenceRun train_reference(const TrainSetup& setup, const std::function<void(i
   ReferenceRun run;
   run.loss_floor = chain.entropy_rate();
   for (int64_t step = 0; step < setup.steps; ++step) {
-    const bool reversed = order == BatchOrder::reversed;
-    const Batch batch = reversed && !bf16 ? reversed_rows(sampler.global(step)) : sampler.global(step);
+    const bool shares_reversed = order == BatchOrder::shares_reversed;
+    const Batch batch = order == BatchOrder::reversed ? reversed_rows(sampler.global(step)) : sampler.global(step);
     if (bf16) ops::copy_blocks(dev, s, "cast_to_bf16", 1, {{params, params_bf16, n, n, n}});
     ops::fill(dev, s, grads, 0.0f);
     for (int64_t k = 0; k < shards; ++k) {
-      const int64_t shard = reversed ? shards - 1 - k : k;
+      const int64_t shard = shares_reversed ? shards - 1 - k : k;
       const int64_t first = shard * rows * setup.T;
       copy_to_device(dev, s, tokens, batch.tokens.data() + first);
       copy_to_device(dev, s, targets, batch.targets.data() + first);
@@ -83,10 +83,9 @@ ReferenceRun train_reference(const TrainSetup& setup, const std::function<void(i
       for (int u = model.units() - 1; u >= 0; --u) model.backward(u, s);
       if (bf16) ops::add_(dev, s, grads, grads_bf16);  // widened exactly, summed in float32
     }
-    // The average as the ranks' reduce-scatter takes it: summed, then divided. The reordered
-    // run multiplies by the reciprocal instead (as NCCL's average does, pre-multiplying), so its
-    // distance measures what the average's last rounding alone does to bf16 training.
-    if (shards > 1 && reversed) ops::scale_(dev, s, grads, 1.0f / static_cast<float>(shards));
+    // The average as the ranks' reduce-scatter takes it: summed, then divided (shares_reversed:
+    // multiplied by the reciprocal, BatchOrder above).
+    if (shards > 1 && shares_reversed) ops::scale_(dev, s, grads, 1.0f / static_cast<float>(shards));
     else if (shards > 1) ops::divide_(dev, s, grads, static_cast<float>(shards));
     int64_t offset = 0;
     for (size_t i = 0; i < frozen.size();) {

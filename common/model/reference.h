@@ -45,11 +45,14 @@ struct ReferenceRun {
 // The order of each global batch's sequences. `reversed` trains on the same sequences, last
 // first: the same math, its sums over the batch taken in another order. Its distance from the
 // `as_sampled` run is what float32 rounding alone does to this training (chapters' tolerance).
-// In bf16 the shards' gradients are summed last first instead (each shard's own sequences in
-// order) and averaged by multiplying by the reciprocal rather than dividing: reordering the rows
-// would move sequences between shards and change the bf16 roundings themselves, which the ranks
-// share with the reference; only the float32 average's arithmetic may differ.
-enum class BatchOrder { as_sampled, reversed };
+// In bf16 it also moves sequences between the shards, so every bf16 rounding changes: its
+// distance is what any difference in arithmetic grows to under bf16, the scale a GPU's run
+// (whose every sum has its own order) is held to. `shares_reversed` keeps each shard's
+// sequences and sums the shards' gradients last first, averaging by multiplying by the
+// reciprocal instead of dividing (as NCCL's average pre-multiplies): only the float32 average's
+// arithmetic differs, the scale the simulator's runs, which round as the reference does, are
+// held to. (In float32, with one shard, it is `as_sampled`.)
+enum class BatchOrder { as_sampled, reversed, shares_reversed };
 
 // `after_step(k)`, if given, is called after step k (counted from 1): for progress lines, since a
 // large model trains for minutes on the CPU.

@@ -33,6 +33,7 @@
 #include "cuda/cuda_probe.h"
 #include "cuda/kernels.h"
 #include "model/ops.h"
+#include "device/bf16.h"
 #include "device/sim_device.h"
 
 using namespace shardlab;
@@ -346,6 +347,49 @@ TEST_CASE("cuda: matmul forward and backward (cuBLAS)", "[cuda]") {
   cuda::matmul_backward_weight(nullptr, gdbias.f(), gdout.f(), ginp.f(), N, C, OC, f.stream());
   f.finish();
   expect_close("matmul_backward dbias (weight frozen)", gdbias, dbias, kReduction);
+}
+
+// Mixed precision's GEMMs (cublasGemmEx on bf16, float32 accumulation) against the CPU's rule
+// (model/f32_math.h: widen, compute in float32, round once). Only the summation order differs,
+// so each bf16 result is the CPU's or a neighbour: within one bf16 step (2^-7, relative to the
+// largest element) of it.
+TEST_CASE("cuda: matmul in bf16 (cuBLAS's bf16 GEMM) against the CPU's rounding rule", "[cuda]") {
+  Fixture f;
+  const int64_t B = 2, T = 65, C = 97, OC = 131;
+  const int64_t N = B * T;
+  auto half = [&](Shape shape) {
+    Tensor wide = f.random(shape), h = f.dev.empty(shape, DType::bf16, f.s(), "bf16");
+    ops::copy_blocks(f.dev, f.s(), "cast", 1, {{wide, h, wide.numel(), wide.numel(), wide.numel()}});
+    return h;
+  };
+  // A bf16 device buffer's values, widened, and the CPU's bf16 result as a float32 tensor.
+  auto widened = [&](const Gpu& g, int64_t n) {
+    std::vector<uint16_t> bits(static_cast<size_t>(n));
+    CUDA_CHECK(cudaMemcpy(bits.data(), g.raw(), bits.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
+    std::vector<float> v(bits.size());
+    for (size_t i = 0; i < v.size(); ++i) v[i] = from_bf16(bits[i]);
+    return v;
+  };
+  auto check = [&](const char* what, const Gpu& g, const Tensor& cpu) {
+    std::vector<float> want(static_cast<size_t>(cpu.numel()));
+    for (size_t i = 0; i < want.size(); ++i) want[i] = from_bf16(cpu.bf16()[i]);
+    const double rel = relative_error(widened(g, cpu.numel()), want.data(), want.size());
+    std::printf("  %-44s relative error %9.2e  (tolerance %.0e)\n", what, rel, 0x1p-7);
+    INFO(what << ": relative error " << rel);
+    CHECK(rel <= 0x1p-7);
+  };
+  Tensor inp = half({B, T, C}), weight = half({OC, C}), bias = half({OC}), out = half({B, T, OC});
+  Tensor dout = half({B, T, OC}), dinp = half({B, T, C}), dweight = half({OC, C});
+  Gpu ginp(inp), gweight(weight), gbias(bias), gout(out), gdout(dout), gdinp(dinp), gdweight(dweight);
+  ops::matmul_forward(f.dev, f.s(), out, inp, weight, bias);
+  ops::matmul_backward(f.dev, f.s(), dinp, dweight, Tensor{}, dout, inp, weight);
+  cuda::matmul_forward_bf16(gout.raw(), ginp.raw(), gweight.raw(), gbias.raw(), N, C, OC, f.stream());
+  cuda::matmul_backward_input_bf16(gdinp.raw(), gdout.raw(), gweight.raw(), N, C, OC, f.stream());
+  cuda::matmul_backward_weight_bf16(gdweight.raw(), gdout.raw(), ginp.raw(), N, C, OC, f.stream());
+  f.finish();
+  check("matmul_forward (bf16, bias)", gout, out);
+  check("matmul_backward dinp (bf16)", gdinp, dinp);
+  check("matmul_backward dweight (bf16)", gdweight, dweight);
 }
 
 TEST_CASE("cuda: cross-entropy forward and backward", "[cuda]") {

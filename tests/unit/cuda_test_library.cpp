@@ -16,6 +16,7 @@ TEST_CASE("cuda: cuBLAS opens on first use with every function the kernels call"
   CHECK(api.set_math_mode != nullptr);
   CHECK(api.set_stream != nullptr);
   CHECK(api.sgemm != nullptr);
+  CHECK(api.gemm_ex != nullptr);
   REQUIRE(api.status_string != nullptr);
   // A call into the library that needs no GPU: it answers in its own words ("the library was
   // not initialized" in CUDA 13), one for each status.
