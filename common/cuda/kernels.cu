@@ -406,16 +406,24 @@ int gemm_dim(int64_t d, const char* op) {
   return static_cast<int>(d);
 }
 
+// Calls call(handle) with this GPU's cuBLAS handle set to `stream`, under the lock.
+template <class Call>
+void on_stream(void* stream, Call call) {
+  std::lock_guard<std::mutex> lock(cublas_mutex);
+  cublasHandle_t handle = cublas_handle_locked();
+  CUBLAS_CHECK(cublas().set_stream(handle, as_stream(stream)));
+  call(handle);
+}
+
 // Column-major C[m,n] = alpha op(A)[m,k] op(B)[k,n] + beta C on `stream`.
 void sgemm(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, int64_t k, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc, void* stream, const char* op) {
   if (m == 0 || n == 0) return;
   const float alpha = 1.0f;
-  std::lock_guard<std::mutex> lock(cublas_mutex);
-  cublasHandle_t handle = cublas_handle_locked();
-  CUBLAS_CHECK(cublas().set_stream(handle, as_stream(stream)));
-  CUBLAS_CHECK(cublas().sgemm(handle, op_a, op_b, gemm_dim(m, op), gemm_dim(n, op), gemm_dim(k, op), &alpha, A,
-                              gemm_dim(lda, op), B, gemm_dim(ldb, op), &beta, C, gemm_dim(ldc, op)));
+  on_stream(stream, [&](cublasHandle_t handle) {
+    CUBLAS_CHECK(cublas().sgemm(handle, op_a, op_b, gemm_dim(m, op), gemm_dim(n, op), gemm_dim(k, op), &alpha, A,
+                                gemm_dim(lda, op), B, gemm_dim(ldb, op), &beta, C, gemm_dim(ldc, op)));
+  });
 }
 
 // The same with bf16 A, B and C (cublasGemmEx, CUDA_R_16BF): products summed in float32
@@ -424,12 +432,11 @@ void gemm_bf16(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_
                int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc, void* stream, const char* op) {
   if (m == 0 || n == 0) return;
   const float alpha = 1.0f;
-  std::lock_guard<std::mutex> lock(cublas_mutex);
-  cublasHandle_t handle = cublas_handle_locked();
-  CUBLAS_CHECK(cublas().set_stream(handle, as_stream(stream)));
-  CUBLAS_CHECK(cublas().gemm_ex(handle, op_a, op_b, gemm_dim(m, op), gemm_dim(n, op), gemm_dim(k, op), &alpha, A,
-                                CUDA_R_16BF, gemm_dim(lda, op), B, CUDA_R_16BF, gemm_dim(ldb, op), &beta, C, CUDA_R_16BF,
-                                gemm_dim(ldc, op), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  on_stream(stream, [&](cublasHandle_t handle) {
+    CUBLAS_CHECK(cublas().gemm_ex(handle, op_a, op_b, gemm_dim(m, op), gemm_dim(n, op), gemm_dim(k, op), &alpha, A,
+                                  CUDA_R_16BF, gemm_dim(lda, op), B, CUDA_R_16BF, gemm_dim(ldb, op), &beta, C,
+                                  CUDA_R_16BF, gemm_dim(ldc, op), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  });
 }
 
 // One thread per element of out[N, OC]: element i starts as bias[i % OC] (the GEMM then adds).
