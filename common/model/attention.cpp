@@ -175,7 +175,7 @@ void attention_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& 
   const double flops = 4.0 * static_cast<double>(d.hs) * d.pairs();
   const double bytes = 2 * d.q_bytes() + 2 * d.k_bytes() + d.lse_bytes();  // q, out; k, v; lse
   launch_f32(dev, s,
-             {"attention_forward", flops, bytes, d.elem == 2 ? DType::bf16 : DType::f32, KernelClass::attention,
+             {"attention_forward", flops, bytes, math_dtype(KernelClass::attention, {reads(q)}), KernelClass::attention,
               {reads(q), reads(k), reads(v), writes(out), writes(lse)}},
              [=](const AsF32& f) {
                const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
@@ -224,7 +224,7 @@ void attention_backward(Device& dev, Stream& s, const Tensor& dq, const Tensor& 
   // Reads dout, q, out, lse and k, v; reads and writes dq and dk, dv: over the blocks only.
   const double bytes = 5 * d.q_bytes() + d.lse_bytes() + 6 * d.k_bytes();
   launch_f32(dev, s,
-             {op, flops, bytes, d.elem == 2 ? DType::bf16 : DType::f32, KernelClass::attention,
+             {op, flops, bytes, math_dtype(KernelClass::attention, {reads(q)}), KernelClass::attention,
               {reads(dout), reads(q), reads(k), reads(v), reads(out), reads(lse), reads(dq), reads(dk), reads(dv),
                writes(dq), writes(dk), writes(dv)}},
              [=](const AsF32& f) {
@@ -284,8 +284,8 @@ void attention_merge(Device& dev, Stream& s, const Tensor& out, const Tensor& ls
   const int64_t heads = o[0] * o[1], ld = o[2], hs = o[3];
   const double elements = static_cast<double>(heads * T * hs), lses = static_cast<double>(heads * T);
   launch_f32(dev, s,
-             {op, 3.0 * elements, static_cast<double>(dtype_size(out.dtype)) * 3 * elements + 4.0 * 3 * lses, DType::f32,
-              KernelClass::elementwise,
+             {op, 3.0 * elements, static_cast<double>(dtype_size(out.dtype)) * 3 * elements + 4.0 * 3 * lses,
+              DType::f32, KernelClass::elementwise,
               {reads(out), reads(lse), reads(out_b), reads(lse_b), writes(out), writes(lse)}},
              [=](const AsF32& f) {
                for (int64_t bh = 0; bh < heads; ++bh)

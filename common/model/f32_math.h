@@ -33,7 +33,9 @@ namespace shardlab::ops {
 
 class AsF32 {
  public:
-  // The tensors an op touches (its Kernel's accesses: the written ones are rounded back).
+  // The tensors an op touches (its Kernel's accesses: the written ones are rounded back). A
+  // tensor listed twice (read and written: accumulated into) gets one copy; two different bf16
+  // tensors must not overlap, as no op's outputs do (they would race on a GPU too).
   // `cuda_stream` is null for the CPU's math, else the CUDA stream the op runs on.
   explicit AsF32(const std::vector<Access>& accesses, void* cuda_stream = nullptr);
   ~AsF32();

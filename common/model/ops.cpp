@@ -33,7 +33,8 @@ void require_f32(const char* op, std::initializer_list<Tensor> ts) {
 void require_float(const char* op, std::initializer_list<Tensor> ts) {
   for (const Tensor& t : ts)
     if (t.dtype != DType::f32 && t.dtype != DType::bf16)
-      throw std::invalid_argument(std::string(op) + ": only f32 and bf16 tensors, got " + std::string(dtype_name(t.dtype)));
+      throw std::invalid_argument(std::string(op) + ": only f32 and bf16 tensors, got " +
+                                  std::string(dtype_name(t.dtype)));
 }
 
 void require_i32(const Tensor& t, const char* op, const char* name) {
@@ -280,7 +281,8 @@ void add_(Device& dev, Stream& s, const Tensor& dst, const Tensor& src) {
     throw std::invalid_argument("add_: " + dst.shape.str() + " += " + src.shape.str() + ": sizes differ");
   const int64_t n = dst.numel();
   // One FLOP and three accesses (read both, write one) per element.
-  launch_f32(dev, s, kernel("add_", static_cast<double>(n), KernelClass::elementwise, {reads(src), reads(dst), writes(dst)}),
+  launch_f32(dev, s,
+             kernel("add_", static_cast<double>(n), KernelClass::elementwise, {reads(src), reads(dst), writes(dst)}),
              [=](const AsF32& f) {
                float* d = f(dst);
                const float* a = f(src);
@@ -494,7 +496,8 @@ void layernorm_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor
   const int64_t C = weight.numel(), N = mean.numel();
   std::vector<Access> acc{reads(dout), reads(inp), reads(weight), reads(mean), reads(rstd)};
   accumulates_into(acc, {&dinp, &dweight, &dbias});
-  launch_f32(dev, s, kernel("layernorm_backward", 19.0 * static_cast<double>(N * C), KernelClass::elementwise, std::move(acc)),
+  launch_f32(dev, s,
+             kernel("layernorm_backward", 19.0 * static_cast<double>(N * C), KernelClass::elementwise, std::move(acc)),
              [=](const AsF32& f) {
                const float* w = f(weight);
                float* dw = f(dweight);
@@ -572,7 +575,8 @@ void matmul_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& d
   const Kernel kin = kernel("matmul_backward_input", flops, KernelClass::matmul,
                             {reads(dout), reads(weight), reads(dinp), writes(dinp)});
   [[maybe_unused]] const bool bf16_in = all_bf16({&dinp, &dout, &weight});
-  dev.launch(s, kin, f32_host(kin, [=](const AsF32& f) { gemm(N, C, OC, {f(dout), OC, 1}, {f(weight), C, 1}, f(dinp), C); }),
+  dev.launch(s, kin,
+             f32_host(kin, [=](const AsF32& f) { gemm(N, C, OC, {f(dout), OC, 1}, {f(weight), C, 1}, f(dinp), C); }),
              SHARDLAB_ON_CUDA(if (bf16_in) {
                cuda::matmul_backward_input_bf16(dinp.data, dout.data, weight.data, N, C, OC, stream);
                return;
