@@ -67,8 +67,8 @@ ReferenceRun train_reference(const TrainSetup& setup, const std::function<void(i
   Tensor targets = dev.empty({rows, setup.T}, DType::i32, s, "targets");
   ReferenceRun run;
   run.loss_floor = chain.entropy_rate();
+  const bool shares_reversed = order == BatchOrder::shares_reversed;
   for (int64_t step = 0; step < setup.steps; ++step) {
-    const bool shares_reversed = order == BatchOrder::shares_reversed;
     const Batch batch = order == BatchOrder::reversed ? reversed_rows(sampler.global(step)) : sampler.global(step);
     if (bf16) ops::copy_blocks(dev, s, "cast_to_bf16", 1, {{params, params_bf16, n, n, n}});
     ops::fill(dev, s, grads, 0.0f);
