@@ -60,7 +60,7 @@ class FsdpParamGroup {
   // `param_dtype`: what the parameters are gathered and computed in (MixedPrecisionPolicy's
   // param_dtype: f32, or bf16); the shards, the reduction and AdamW stay float32.
   FsdpParamGroup(Job& job, GPT& model, std::string name, const std::vector<int>& params, uint64_t seed, Comm& group,
-                 CommContext& ctx, const std::vector<bool>& frozen, DType param_dtype = DType::f32)
+                 CommContext& ctx, const std::vector<bool>& frozen, DType param_dtype)
       : job_(job), model_(model), name_(std::move(name)), group_(group), ctx_(ctx), param_dtype_(param_dtype) {
     for (int i : params) {
       const bool trains = !frozen[static_cast<size_t>(i)];
