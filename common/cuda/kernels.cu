@@ -194,25 +194,41 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n, voi
 
 namespace {
 
+// The row of wte (dwte) that token id ix reads, as for_each_token in ops.cpp finds it. A whole
+// table (vocab_begin < 0) holds every id: one outside [0, V) traps. A slice of the vocabulary
+// holds rows [vocab_begin, vocab_begin + V): an id outside them is another rank's, -1 (no row).
+__device__ int64_t table_row(const char* op, int32_t ix, int64_t bt, int64_t V, int64_t vocab_begin, bool print) {
+  if (vocab_begin < 0) {
+    check_index(op, "id", ix, "position", bt, V, print);
+    return ix;
+  }
+  const int64_t row = ix - vocab_begin;
+  return row >= 0 && row < V ? row : -1;
+}
+
 // One block per position bt (B T of them), its threads over the C channels: thread x copies
-// channels x, x + blockDim, ... of one wte row and one wpe row (coalesced). The block finds
-// its token and position once; a thread per element would divide a 64-bit index by C for
-// every element, which costs more than the copy (2x the sim's roofline on the H200).
+// channels x, x + blockDim, ... of one wte row and one wpe row (coalesced), either one left out
+// where there is none (an id another rank's slice holds, a null wpe). The block finds its token
+// and position once; a thread per element would divide a 64-bit index by C for every element,
+// which costs more than the copy (2x the sim's roofline on the H200). Positions are checked
+// even without wpe, as the CPU checks them (against P = INT32_MAX then).
 __global__ void embedding_forward_kernel(float* out, const int32_t* tokens, const int32_t* positions, const float* wte,
-                                         const float* wpe, int64_t T, int64_t C, int64_t V, int64_t P) {
+                                         const float* wpe, int64_t T, int64_t C, int64_t V, int64_t P,
+                                         int64_t vocab_begin) {
   const int64_t bt = blockIdx.x, t = bt % T;
-  const int32_t ix = tokens[bt];
+  const int64_t row = table_row("embedding_forward", tokens[bt], bt, V, vocab_begin, threadIdx.x == 0);
   const int32_t p = positions ? positions[t] : static_cast<int32_t>(t);
-  check_index("embedding_forward", "id", ix, "position", bt, V, threadIdx.x == 0);
   check_index("embedding_forward", "position id", p, "column", t, P, threadIdx.x == 0 && bt < T);
-  const float* e = wte + ix * C;
-  const float* w = wpe + static_cast<int64_t>(p) * C;
+  const float* e = row >= 0 ? wte + row * C : nullptr;
+  const float* w = wpe != nullptr ? wpe + static_cast<int64_t>(p) * C : nullptr;
   float* o = out + bt * C;
-  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) o[c] = e[c] + w[c];
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+    o[c] = (e != nullptr ? e[c] : 0.0f) + (w != nullptr ? w[c] : 0.0f);
 }
 
 // One thread per element of dout, mapped as in the forward: it adds dout[bt, c] into
-// dwte[token, c] and dwpe[p, c]. Positions that share a token (and, for dwpe, the B batch rows
+// dwte[row, c] (when the table holds the token's row) and dwpe[p, c]; a null dwte or dwpe (a
+// frozen table) gets nothing. Positions that share a token (and, for dwpe, the B batch rows
 // of one position) add into the same element concurrently, so both adds are atomicAdd. That is
 // correct and fast here: collisions are few (a token repeated within a batch, B rows per
 // position) and spread over different addresses. The price is that the order of the float
@@ -220,34 +236,52 @@ __global__ void embedding_forward_kernel(float* out, const int32_t* tokens, cons
 // deterministic alternative sorts positions by token first, which is much more code.
 __global__ void embedding_backward_kernel(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                                           const int32_t* positions, int64_t BT, int64_t T, int64_t C, int64_t V,
-                                          int64_t P) {
+                                          int64_t P, int64_t vocab_begin) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= BT * C) return;
   const int64_t bt = i / C, c = i % C, t = bt % T;
-  const int32_t ix = tokens[bt];
+  const int64_t row = table_row("embedding_backward", tokens[bt], bt, V, vocab_begin, c == 0);
   const int32_t p = positions ? positions[t] : static_cast<int32_t>(t);
-  check_index("embedding_backward", "id", ix, "position", bt, V, c == 0);
   check_index("embedding_backward", "position id", p, "column", t, P, c == 0 && bt < T);
-  if (dwte != nullptr) atomicAdd(&dwte[ix * C + c], dout[i]);  // null: frozen
+  if (dwte != nullptr && row >= 0) atomicAdd(&dwte[row * C + c], dout[i]);
   if (dwpe != nullptr) atomicAdd(&dwpe[static_cast<int64_t>(p) * C + c], dout[i]);
 }
 
 }  // namespace
 
 void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions, const float* wte, const float* wpe,
-                       int64_t B, int64_t T, int64_t C, int64_t V, int64_t P, void* stream) {
+                       int64_t B, int64_t T, int64_t C, int64_t V, int64_t P, int64_t vocab_begin, void* stream) {
   if (B * T * C == 0) return;
   embedding_forward_kernel<<<blocks_for(B * T, 1), kThreads, 0, as_stream(stream)>>>(out, tokens, positions, wte, wpe,
-                                                                                    T, C, V, P);
+                                                                                    T, C, V, P, vocab_begin);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, const int32_t* positions,
-                        int64_t B, int64_t T, int64_t C, int64_t V, int64_t P, void* stream) {
+                        int64_t B, int64_t T, int64_t C, int64_t V, int64_t P, int64_t vocab_begin, void* stream) {
   const int64_t n = B * T * C;
   if (n == 0) return;
   embedding_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, as_stream(stream)>>>(
-      dwte, dwpe, dout, tokens, positions, B * T, T, C, V, P);
+      dwte, dwpe, dout, tokens, positions, B * T, T, C, V, P, vocab_begin);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// ============================================================================================
+// A bias on its own: out[N, OC] += bias[OC]. One thread per element.
+
+namespace {
+
+// Element i of out[N, OC] adds bias[i % OC].
+__global__ void add_bias_kernel(float* out, const float* bias, int64_t n, int64_t OC) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] += bias[i % OC];
+}
+
+}  // namespace
+
+void add_bias(float* out, const float* bias, int64_t N, int64_t OC, void* stream) {
+  if (N * OC == 0) return;
+  add_bias_kernel<<<blocks_for(N * OC, kThreads), kThreads, 0, as_stream(stream)>>>(out, bias, N * OC, OC);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -648,6 +682,39 @@ __device__ SoftmaxStats row_softmax_stats(const float* x, int64_t V) {
   return t;
 }
 
+// f(x[i]) for each logit of the row this thread reads, one at a time, in row_parts' three parts
+// (float4 loads in the body): the passes of the vocabulary-parallel statistics.
+template <class F>
+__device__ inline void for_row_logits(const float* x, int64_t V, F f) {
+  const RowParts part = row_parts(x, V);
+  const float4* body = reinterpret_cast<const float4*>(x + part.head);
+#pragma unroll 4
+  for (int64_t i = threadIdx.x; i < part.body; i += blockDim.x) {
+    const float4 xi = body[i];
+    f(xi.x);
+    f(xi.y);
+    f(xi.z);
+    f(xi.w);
+  }
+  for (int64_t i = threadIdx.x; i < part.head; i += blockDim.x) f(x[i]);
+  for (int64_t i = part.head + 4 * part.body + threadIdx.x; i < V; i += blockDim.x) f(x[i]);
+}
+
+// The threads' values combined by `op` (a max, a sum) as row_softmax_stats combines its pairs:
+// within each warp, then the warps' results; every thread of the block gets it. `identity` stands
+// in for the warps the block does not have.
+template <class Op>
+__device__ float block_reduce(float v, float identity, Op op) {
+  for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffff, v, offset));
+  __shared__ float partial[32];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, warps = blockDim.x / kWarp;
+  if (lane == 0) partial[warp] = v;
+  __syncthreads();
+  v = lane < warps ? partial[lane] : identity;
+  for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xffffffff, v, offset));
+  return v;
+}
+
 // losses[n] = log(sum_j exp(x_j - max)) + max - x[target]
 __global__ void crossentropy_forward_kernel(float* losses, const float* logits, const int32_t* targets, int64_t V) {
   const int64_t n = blockIdx.x;
@@ -658,22 +725,12 @@ __global__ void crossentropy_forward_kernel(float* losses, const float* logits, 
   if (threadIdx.x == 0) losses[n] = logf(st.s) + st.m - x[target];
 }
 
-// dlogits = softmax(x) dloss - onehot(target) dloss, written: one pass for the row's stats,
-// one to read the logits again and write, as float4s where dlogits' row is aligned as the
-// logits' row is (always, for tensors of the device's allocator). Each element is written by
-// the one thread that reads it, the target's too. The second read comes from HBM again: a grid
-// of one block per SM, each walking rows (132 rows, 26 MB in flight, which the H200's L2
-// holds), was slower on the H200 (1.38 ms against 1.24 for GPT-2 small's logits).
-__global__ void crossentropy_backward_kernel(float* dlogits, const float* logits, const int32_t* targets, int64_t V,
-                                             float dloss) {
-  const int64_t n = blockIdx.x;
-  const float* x = logits + n * V;
-  float* dx = dlogits + n * V;
-  const int32_t target = targets[n];
-  check_index("crossentropy_backward", "target", target, "row", n, V, threadIdx.x == 0);
-  const SoftmaxStats st = row_softmax_stats(x, V);
-  const float scale = dloss / st.s;
-  const auto grad = [&](float xi, int64_t i) { return expf(xi - st.m) * scale - (i == target ? dloss : 0.0f); };
+// One row of dx = exp(x - m) scale - onehot(target) dloss, written, as float4s where dx's row is
+// aligned as x's row is (always, for tensors of the device's allocator). Each element is written
+// by the one thread that reads it, the target's too; a target outside [0, V) is in no element.
+__device__ inline void write_softmax_grad(float* dx, const float* x, int64_t V, float m, float scale, int64_t target,
+                                          float dloss) {
+  const auto grad = [&](float xi, int64_t i) { return expf(xi - m) * scale - (i == target ? dloss : 0.0f); };
   RowParts part{V, 0};  // all single floats, unless the two rows are aligned alike
   if ((reinterpret_cast<uintptr_t>(dx) - reinterpret_cast<uintptr_t>(x)) % sizeof(float4) == 0) part = row_parts(x, V);
   const float4* body = reinterpret_cast<const float4*>(x + part.head);
@@ -686,6 +743,20 @@ __global__ void crossentropy_backward_kernel(float* dlogits, const float* logits
   }
   for (int64_t i = threadIdx.x; i < part.head; i += blockDim.x) dx[i] = grad(x[i], i);
   for (int64_t i = part.head + 4 * part.body + threadIdx.x; i < V; i += blockDim.x) dx[i] = grad(x[i], i);
+}
+
+// dlogits = softmax(x) dloss - onehot(target) dloss, written: one pass for the row's stats,
+// one to read the logits again and write (write_softmax_grad). The second read comes from HBM
+// again: a grid of one block per SM, each walking rows (132 rows, 26 MB in flight, which the
+// H200's L2 holds), was slower on the H200 (1.38 ms against 1.24 for GPT-2 small's logits).
+__global__ void crossentropy_backward_kernel(float* dlogits, const float* logits, const int32_t* targets, int64_t V,
+                                             float dloss) {
+  const int64_t n = blockIdx.x;
+  const float* x = logits + n * V;
+  const int32_t target = targets[n];
+  check_index("crossentropy_backward", "target", target, "row", n, V, threadIdx.x == 0);
+  const SoftmaxStats st = row_softmax_stats(x, V);
+  write_softmax_grad(dlogits + n * V, x, V, st.m, dloss / st.s, target, dloss);
 }
 
 unsigned int row_blocks(int64_t N, const char* op) {
@@ -708,6 +779,92 @@ void crossentropy_backward(float* dlogits, const float* logits, const int32_t* t
   if (N == 0) return;
   crossentropy_backward_kernel<<<row_blocks(N, "crossentropy_backward"), kRowThreads, 0, as_stream(stream)>>>(
       dlogits, logits, targets, V, dloss);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+// The same over a slice of the vocabulary (tensor parallelism): the row's max must be reduced
+// across ranks before any exp is summed, so the one-pass statistics above cannot serve. Each
+// statistic is a pass over the slice with one block per row (for_row_logits, block_reduce);
+// the sums, taken around the whole row's max, need no rescaling. The backward is
+// crossentropy_backward's second pass on the reduced statistics. A target is not checked: the
+// slice holds no other rank's target, and none is an error here.
+
+namespace {
+
+// row_max[n] = max_j x_j
+__global__ void crossentropy_row_max_kernel(float* row_max, const float* logits, int64_t V) {
+  const int64_t n = blockIdx.x;
+  float m = -INFINITY;
+  for_row_logits(logits + n * V, V, [&](float xi) { m = fmaxf(m, xi); });
+  m = block_reduce(m, -INFINITY, [](float a, float b) { return fmaxf(a, b); });
+  if (threadIdx.x == 0) row_max[n] = m;
+}
+
+// sum_exp[n] = sum_j exp(x_j - row_max[n]); target_logit[n] = x[target - vocab_begin] where the
+// slice holds the target, else 0
+__global__ void crossentropy_row_sums_kernel(float* sum_exp, float* target_logit, const float* logits,
+                                             const float* row_max, const int32_t* targets, int64_t V,
+                                             int64_t vocab_begin) {
+  const int64_t n = blockIdx.x;
+  const float* x = logits + n * V;
+  const float m = row_max[n];
+  float s = 0.0f;
+  for_row_logits(x, V, [&](float xi) { s += expf(xi - m); });
+  s = block_reduce(s, 0.0f, [](float a, float b) { return a + b; });
+  if (threadIdx.x != 0) return;
+  sum_exp[n] = s;
+  const int64_t j = targets[n] - vocab_begin;
+  target_logit[n] = j >= 0 && j < V ? x[j] : 0.0f;
+}
+
+// One thread per row: losses[n] = log(sum_exp[n]) + row_max[n] - target_logit[n]
+__global__ void crossentropy_losses_kernel(float* losses, const float* row_max, const float* sum_exp,
+                                           const float* target_logit, int64_t N) {
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n < N) losses[n] = logf(sum_exp[n]) + row_max[n] - target_logit[n];
+}
+
+// dlogits = exp(x - row_max) dloss / sum_exp - onehot(target - vocab_begin) dloss, written
+__global__ void crossentropy_backward_slice_kernel(float* dlogits, const float* logits, const float* row_max,
+                                                   const float* sum_exp, const int32_t* targets, int64_t V,
+                                                   int64_t vocab_begin, float dloss) {
+  const int64_t n = blockIdx.x;
+  write_softmax_grad(dlogits + n * V, logits + n * V, V, row_max[n], dloss / sum_exp[n], targets[n] - vocab_begin,
+                     dloss);
+}
+
+}  // namespace
+
+void crossentropy_row_max(float* row_max, const float* logits, int64_t N, int64_t V, void* stream) {
+  if (N == 0) return;
+  crossentropy_row_max_kernel<<<row_blocks(N, "crossentropy_row_max"), kRowThreads, 0, as_stream(stream)>>>(
+      row_max, logits, V);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void crossentropy_row_sums(float* sum_exp, float* target_logit, const float* logits, const float* row_max,
+                           const int32_t* targets, int64_t N, int64_t V, int64_t vocab_begin, void* stream) {
+  if (N == 0) return;
+  crossentropy_row_sums_kernel<<<row_blocks(N, "crossentropy_row_sums"), kRowThreads, 0, as_stream(stream)>>>(
+      sum_exp, target_logit, logits, row_max, targets, V, vocab_begin);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void crossentropy_losses(float* losses, const float* row_max, const float* sum_exp, const float* target_logit,
+                         int64_t N, void* stream) {
+  if (N == 0) return;
+  crossentropy_losses_kernel<<<blocks_for(N, kThreads), kThreads, 0, as_stream(stream)>>>(losses, row_max, sum_exp,
+                                                                                          target_logit, N);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+void crossentropy_backward_slice(float* dlogits, const float* logits, const float* row_max, const float* sum_exp,
+                                 const int32_t* targets, int64_t N, int64_t V, int64_t vocab_begin, float dloss,
+                                 void* stream) {
+  if (N == 0) return;
+  crossentropy_backward_slice_kernel<<<row_blocks(N, "crossentropy_backward_slice"), kRowThreads, 0,
+                                       as_stream(stream)>>>(dlogits, logits, row_max, sum_exp, targets, V,
+                                                            vocab_begin, dloss);
   CUDA_CHECK(cudaGetLastError());
 }
 

@@ -55,10 +55,16 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n, voi
 // ---- embeddings: out[B,T,C] = wte[tokens[b,t]] + wpe[p(t)], p(t) = positions[t] (or t when
 // positions is null); backward accumulates into dwte, dwpe. wpe has P rows. A token id outside
 // [0, V) or a position outside [0, P) stops the kernel with a device-side trap (see kernels.cu).
+// vocab_begin >= 0: wte holds rows [vocab_begin, vocab_begin + V) of the vocabulary (tensor
+// parallelism's slice); an id outside them adds nothing and gets no gradient, and is no error.
+// wpe (dwpe) null: no position is added (accumulated).
 void embedding_forward(float* out, const int32_t* tokens, const int32_t* positions, const float* wte, const float* wpe,
-                       int64_t B, int64_t T, int64_t C, int64_t V, int64_t P, void* stream);
+                       int64_t B, int64_t T, int64_t C, int64_t V, int64_t P, int64_t vocab_begin, void* stream);
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, const int32_t* positions,
-                        int64_t B, int64_t T, int64_t C, int64_t V, int64_t P, void* stream);
+                        int64_t B, int64_t T, int64_t C, int64_t V, int64_t P, int64_t vocab_begin, void* stream);
+
+// ---- a bias on its own: out[N,OC] += bias[OC] (its gradient: matmul_backward_weight with no weight)
+void add_bias(float* out, const float* bias, int64_t N, int64_t OC, void* stream);
 
 // ---- layernorm over rows [N, C], eps 1e-5, saving mean and rstd [N]
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -96,6 +102,22 @@ void crossentropy_forward(float* losses, const float* logits, const int32_t* tar
                           void* stream);
 void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V,
                            float dloss, void* stream);  // written, not accumulated
+// The same over a vocabulary cut over ranks: logits [N, V] are columns [vocab_begin, vocab_begin
+// + V) of each row's logits; the row's statistics are reduced across ranks between the calls.
+//   row_max:  row_max[n] = max_j logits[n, j]
+//   row_sums: sum_exp[n] = sum_j exp(logits[n, j] - row_max[n]); target_logit[n] = logits[n,
+//             targets[n] - vocab_begin] where the slice holds the target, else 0
+//   losses:   losses[n] = log(sum_exp[n]) + row_max[n] - target_logit[n]
+//   backward: dlogits = (exp(logits - row_max) / sum_exp - onehot(targets - vocab_begin)) dloss, written
+// A target outside [0, vocab size) is not an error here: the slice holds no other rank's target.
+void crossentropy_row_max(float* row_max, const float* logits, int64_t N, int64_t V, void* stream);
+void crossentropy_row_sums(float* sum_exp, float* target_logit, const float* logits, const float* row_max,
+                           const int32_t* targets, int64_t N, int64_t V, int64_t vocab_begin, void* stream);
+void crossentropy_losses(float* losses, const float* row_max, const float* sum_exp, const float* target_logit,
+                         int64_t N, void* stream);
+void crossentropy_backward_slice(float* dlogits, const float* logits, const float* row_max, const float* sum_exp,
+                                 const int32_t* targets, int64_t N, int64_t V, int64_t vocab_begin, float dloss,
+                                 void* stream);
 
 // ---- AdamW (torch.optim.AdamW), step t >= 1
 void adamw(float* params, const float* grads, float* m, float* v, int64_t n, int64_t t, float lr, float beta1,

@@ -23,6 +23,9 @@ std::string block_name(int64_t l, const char* what) { return "h." + std::to_stri
 GPTConfig GPTConfig::preset(const std::string& name) {
   //                 name           vocab  ctx  layers channels heads
   if (name == "tiny") return {name, 32, 64, 2, 32, 2};
+  // tiny with 12 heads of 4 channels: tensor parallelism (chapter 10) divides them over 1, 2,
+  // 3, 4, 6 or 12 ranks.
+  if (name == "tiny-12h") return {name, 32, 64, 2, 48, 12};
   if (name == "gpt2-small") return {name, 50257, 1024, 12, 768, 12};
   if (name == "gpt2-medium") return {name, 50257, 1024, 24, 1024, 16};
   if (name == "gpt-1b") return {name, 50257, 1024, 20, 2048, 16};
@@ -36,25 +39,36 @@ GPTConfig GPTConfig::preset(const std::string& name) {
 }
 
 std::vector<std::string> GPTConfig::presets() {
-  return {"tiny", "gpt2-small", "gpt2-medium", "gpt-1b", "gpt-15b", "gpt2-small-128k"};
+  return {"tiny", "tiny-12h", "gpt2-small", "gpt2-medium", "gpt-1b", "gpt-15b", "gpt2-small-128k"};
 }
 
-std::vector<ParamInfo> gpt_params(const GPTConfig& c) {
-  const int64_t C = c.channels;
-  std::vector<ParamInfo> p = {{"wte.weight", {c.vocab, C}, 0}, {"wpe.weight", {c.max_T, C}, 0}};
+std::string slice_problem(const GPTConfig& c, int size) {
+  if (size < 1) return "a tensor-parallel size of " + std::to_string(size) + " ranks";
+  if (c.heads % size != 0)
+    return c.name + "'s " + std::to_string(c.heads) + " heads do not divide over " + std::to_string(size) + " ranks";
+  const ModelSlice last{size - 1, size};
+  if (last.vocab_rows(c) < 1)
+    return c.name + "'s vocabulary of " + std::to_string(c.vocab) + " cut in chunks of " +
+           std::to_string(last.vocab_chunk(c)) + " (torch.chunk) leaves rank " + std::to_string(size - 1) + " none";
+  return "";
+}
+
+std::vector<ParamInfo> gpt_params(const GPTConfig& c, ModelSlice slice) {
+  const int64_t C = c.channels, Ca = slice.heads(c) * (C / c.heads), H = slice.hidden(c);
+  std::vector<ParamInfo> p = {{"wte.weight", {slice.vocab_rows(c), C}, 0}, {"wpe.weight", {c.max_T, C}, 0}};
   for (int64_t l = 0; l < c.layers; ++l) {
     const int unit = static_cast<int>(l) + 1;
     p.push_back({block_name(l, "ln_1.weight"), {C}, unit});
     p.push_back({block_name(l, "ln_1.bias"), {C}, unit});
-    p.push_back({block_name(l, "attn.c_attn.weight"), {3 * C, C}, unit});
-    p.push_back({block_name(l, "attn.c_attn.bias"), {3 * C}, unit});
-    p.push_back({block_name(l, "attn.c_proj.weight"), {C, C}, unit});
+    p.push_back({block_name(l, "attn.c_attn.weight"), {3 * Ca, C}, unit});
+    p.push_back({block_name(l, "attn.c_attn.bias"), {3 * Ca}, unit});
+    p.push_back({block_name(l, "attn.c_proj.weight"), {C, Ca}, unit});
     p.push_back({block_name(l, "attn.c_proj.bias"), {C}, unit});
     p.push_back({block_name(l, "ln_2.weight"), {C}, unit});
     p.push_back({block_name(l, "ln_2.bias"), {C}, unit});
-    p.push_back({block_name(l, "mlp.c_fc.weight"), {4 * C, C}, unit});
-    p.push_back({block_name(l, "mlp.c_fc.bias"), {4 * C}, unit});
-    p.push_back({block_name(l, "mlp.c_proj.weight"), {C, 4 * C}, unit});
+    p.push_back({block_name(l, "mlp.c_fc.weight"), {H, C}, unit});
+    p.push_back({block_name(l, "mlp.c_fc.bias"), {H}, unit});
+    p.push_back({block_name(l, "mlp.c_proj.weight"), {C, H}, unit});
     p.push_back({block_name(l, "mlp.c_proj.bias"), {C}, unit});
   }
   const int head = static_cast<int>(c.layers) + 1;
@@ -165,8 +179,18 @@ struct GPT::Acts {
   Tensor lnf, meanf, rstdf, logits, losses;                                                    // head
 };
 
-GPT::GPT(Device& dev, GPTConfig cfg, int64_t B, int64_t T, DType compute)
-    : dev_(dev), cfg_(std::move(cfg)), B_(B), T_(T), compute_(compute), params_(gpt_params(cfg_)) {
+GPT::GPT(Device& dev, GPTConfig cfg, int64_t B, int64_t T, DType compute, TensorParallel* tp)
+    : dev_(dev),
+      cfg_(std::move(cfg)),
+      B_(B),
+      T_(T),
+      compute_(compute),
+      tp_(tp),
+      slice_(tp ? tp->slice() : ModelSlice{}),
+      rows_(tp ? tp->residual_rows(B * T) : B * T) {
+  if (const std::string why = slice_problem(cfg_, slice_.size); !why.empty())
+    throw std::invalid_argument("model " + cfg_.name + ": " + why);
+  params_ = gpt_params(cfg_, slice_);
   if (compute_ != DType::f32 && compute_ != DType::bf16)
     throw std::invalid_argument("model " + cfg_.name + ": activations in " + std::string(dtype_name(compute_)) +
                                 ", only f32 or bf16");
@@ -205,6 +229,8 @@ void GPT::set_batch(const Tensor& tokens, const Tensor& targets, float dloss, co
   if (!(tokens.shape == Shape{B_, T_}) || !(targets.shape == Shape{B_, T_}))
     throw std::invalid_argument("GPT::set_batch: tokens " + tokens.shape.str() + " and targets " +
                                 targets.shape.str() + " must be [" + std::to_string(B_) + ", " + std::to_string(T_) + "]");
+  if (positions.defined() && tp_ != nullptr)
+    throw std::logic_error("GPT::set_batch: positions (context parallelism) with tensor parallelism are not supported");
   if (positions.defined() && !(positions.shape == Shape{T_}))
     throw std::invalid_argument("GPT::set_batch: positions " + positions.shape.str() + " must be [" +
                                 std::to_string(T_) + "]");
@@ -227,6 +253,21 @@ Tensor GPT::zeros(Shape shape, std::string_view name, Stream& s) {
   return t;
 }
 
+void GPT::set_attention(AttentionCore* core) {
+  if (core != nullptr && tp_ != nullptr)
+    throw std::logic_error("GPT: an attention core (context parallelism) with tensor parallelism is not supported");
+  attention_ = core;
+}
+
+Shape GPT::residual_shape() const {
+  return rows_ == B_ * T_ ? Shape{B_, T_, cfg_.channels} : Shape{rows_, cfg_.channels};
+}
+
+Tensor GPT::replaced(Tensor in, Tensor out) {
+  if (out.alloc_id != in.alloc_id || out.data != in.data) release(in);
+  return out;
+}
+
 const Tensor& GPT::w(int index) const {
   const Tensor& t = weights_[static_cast<size_t>(index)];
   if (!t.defined()) throw std::logic_error("GPT: parameter " + params_[static_cast<size_t>(index)].name + " is not bound");
@@ -247,6 +288,10 @@ void GPT::backward(int unit, Stream& s) {
 
 void GPT::forward_embeddings(Stream& s) {
   Acts& a = *acts_[0];
+  if (tp_) {
+    a.out = tp_->embedding_forward(s, tokens_, w(0), w(1).view(0, {T_, cfg_.channels}));
+    return;
+  }
   a.out = act({B_, T_, cfg_.channels}, "embeddings.out", s);
   if (positions_.defined())
     ops::embedding_forward(dev_, s, a.out, tokens_, w(0), w(1), positions_);
@@ -254,107 +299,162 @@ void GPT::forward_embeddings(Stream& s) {
     ops::embedding_forward(dev_, s, a.out, tokens_, w(0), w(1).view(0, {T_, cfg_.channels}));
 }
 
+// Under tensor parallelism every matmul computes this rank's slice: the qkv projection and the
+// MLP's first matmul its columns (column-parallel, whole input through f), the two output
+// projections their partial sums over its columns of the input (row-parallel, summed by g, the
+// bias added once, after the sum). The residual stream keeps `rows_` rows.
 void GPT::forward_block(int l, Stream& s) {
-  const int64_t C = cfg_.channels, NH = cfg_.heads, hs = C / NH, N = B_ * T_;
+  const int64_t C = cfg_.channels, NH = slice_.heads(cfg_), hs = C / cfg_.heads, Ca = NH * hs,
+                H = slice_.hidden(cfg_), N = B_ * T_, R = rows_;
   const int p = 2 + kParamsPerBlock * l;  // this block's first parameter
   const Tensor& x = acts_[static_cast<size_t>(l)]->out;
   Acts& a = *acts_[static_cast<size_t>(l) + 1];
-  const Tensor x2d = x.view(0, {N, C});
+  const Tensor x2d = x.view(0, {R, C});
+  // The f of a column-parallel matmul's input, and the g (then the bias) of a row-parallel one.
+  const auto f = [&](const Tensor& in) { return tp_ ? tp_->f_forward(s, in) : in; };
+  const auto g = [&](Tensor partial, int bias) {
+    if (!tp_) return partial;
+    Tensor sum = replaced(partial, tp_->g_forward(s, partial));
+    ops::bias_forward(dev_, s, sum, w(bias));
+    return sum;
+  };
+  const auto row_bias = [&](int bias) { return tp_ ? Tensor{} : w(bias); };
 
   // Attention: x2 = x + proj(attention(ln1(x)))
-  a.ln1 = act({N, C}, "ln_1", s), a.mean1 = stat({N}, "ln_1.mean", s), a.rstd1 = stat({N}, "ln_1.rstd", s);
+  a.ln1 = act({R, C}, "ln_1", s), a.mean1 = stat({R}, "ln_1.mean", s), a.rstd1 = stat({R}, "ln_1.rstd", s);
   ops::layernorm_forward(dev_, s, a.ln1, a.mean1, a.rstd1, x2d, w(p), w(p + 1));
-  a.qkv = act({N, 3 * C}, "qkv", s);
-  ops::matmul_forward(dev_, s, a.qkv, a.ln1, w(p + 2), w(p + 3));
+  Tensor in1 = f(a.ln1);
+  a.qkv = act({N, 3 * Ca}, "qkv", s);
+  ops::matmul_forward(dev_, s, a.qkv, in1, w(p + 2), w(p + 3));
+  replaced(in1, a.ln1);  // a gathered input is gathered again in backward, not kept
   a.q = act({B_, NH, T_, hs}, "q", s), a.k = act({B_, NH, T_, hs}, "k", s), a.v = act({B_, NH, T_, hs}, "v", s);
-  ops::qkv_split(dev_, s, a.q, a.k, a.v, a.qkv.view(0, {B_, T_, 3 * C}), static_cast<int>(NH));
+  ops::qkv_split(dev_, s, a.q, a.k, a.v, a.qkv.view(0, {B_, T_, 3 * Ca}), static_cast<int>(NH));
   a.o = act({B_, NH, T_, hs}, "attention.out", s), a.lse = stat({B_, NH, T_}, "attention.lse", s);
   if (attention_)
     attention_->forward(s, l, a.o, a.lse, a.q, a.k, a.v);
   else
     ops::attention_forward(dev_, s, a.o, a.lse, a.q, a.k, a.v, ops::AttentionMask::causal);
-  a.atty = act({N, C}, "attention.merged", s);
-  ops::heads_merge(dev_, s, a.atty.view(0, {B_, T_, C}), a.o);
+  a.atty = act({N, Ca}, "attention.merged", s);
+  ops::heads_merge(dev_, s, a.atty.view(0, {B_, T_, Ca}), a.o);
   Tensor proj = act({N, C}, "attention.proj", s);
-  ops::matmul_forward(dev_, s, proj, a.atty, w(p + 4), w(p + 5));
-  a.x2 = act({N, C}, "residual.attention", s);
+  ops::matmul_forward(dev_, s, proj, a.atty, w(p + 4), row_bias(p + 5));
+  proj = g(proj, p + 5);
+  a.x2 = act({R, C}, "residual.attention", s);
   ops::residual_forward(dev_, s, a.x2, x2d, proj);
   release(proj);
 
   // MLP: out = x2 + fcproj(gelu(fc(ln2(x2))))
-  a.ln2 = act({N, C}, "ln_2", s), a.mean2 = stat({N}, "ln_2.mean", s), a.rstd2 = stat({N}, "ln_2.rstd", s);
+  a.ln2 = act({R, C}, "ln_2", s), a.mean2 = stat({R}, "ln_2.mean", s), a.rstd2 = stat({R}, "ln_2.rstd", s);
   ops::layernorm_forward(dev_, s, a.ln2, a.mean2, a.rstd2, a.x2, w(p + 6), w(p + 7));
-  a.fch = act({N, 4 * C}, "mlp.fc", s);
-  ops::matmul_forward(dev_, s, a.fch, a.ln2, w(p + 8), w(p + 9));
-  a.fch_gelu = act({N, 4 * C}, "mlp.gelu", s);
+  Tensor in2 = f(a.ln2);
+  a.fch = act({N, H}, "mlp.fc", s);
+  ops::matmul_forward(dev_, s, a.fch, in2, w(p + 8), w(p + 9));
+  replaced(in2, a.ln2);
+  a.fch_gelu = act({N, H}, "mlp.gelu", s);
   ops::gelu_forward(dev_, s, a.fch_gelu, a.fch);
   Tensor fcproj = act({N, C}, "mlp.proj", s);
-  ops::matmul_forward(dev_, s, fcproj, a.fch_gelu, w(p + 10), w(p + 11));
-  a.out = act({B_, T_, C}, "block.out", s);
-  ops::residual_forward(dev_, s, a.out.view(0, {N, C}), a.x2, fcproj);
+  ops::matmul_forward(dev_, s, fcproj, a.fch_gelu, w(p + 10), row_bias(p + 11));
+  fcproj = g(fcproj, p + 11);
+  a.out = act(residual_shape(), "block.out", s);
+  ops::residual_forward(dev_, s, a.out.view(0, {R, C}), a.x2, fcproj);
   release(fcproj);
 }
 
 void GPT::forward_head(Stream& s) {
-  const int64_t C = cfg_.channels, N = B_ * T_;
+  const int64_t C = cfg_.channels, N = B_ * T_, R = rows_, V = slice_.vocab_rows(cfg_);
   const int p = 2 + kParamsPerBlock * static_cast<int>(cfg_.layers);
-  const Tensor x = acts_[static_cast<size_t>(cfg_.layers)]->out.view(0, {N, C});
+  const Tensor x = acts_[static_cast<size_t>(cfg_.layers)]->out.view(0, {R, C});
   Acts& a = *acts_.back();
-  a.lnf = act({N, C}, "ln_f", s), a.meanf = stat({N}, "ln_f.mean", s), a.rstdf = stat({N}, "ln_f.rstd", s);
+  a.lnf = act({R, C}, "ln_f", s), a.meanf = stat({R}, "ln_f.mean", s), a.rstdf = stat({R}, "ln_f.rstd", s);
   ops::layernorm_forward(dev_, s, a.lnf, a.meanf, a.rstdf, x, w(p), w(p + 1));
-  a.logits = act({B_, T_, cfg_.vocab}, "logits", s);
-  ops::matmul_forward(dev_, s, a.logits.view(0, {N, cfg_.vocab}), a.lnf, w(0), Tensor{});  // tied to wte
+  // The head is column-parallel over the vocabulary: this rank's columns of the logits.
+  Tensor in = tp_ ? tp_->f_forward(s, a.lnf) : a.lnf;
+  a.logits = act({B_, T_, V}, "logits", s);
+  ops::matmul_forward(dev_, s, a.logits.view(0, {N, V}), in, w(0), Tensor{});  // tied to wte
+  replaced(in, a.lnf);
+  const auto losses_of = [&](const Tensor& losses) {
+    if (tp_)
+      tp_->loss_forward(s, losses, a.logits, targets_);
+    else
+      ops::crossentropy_forward(dev_, s, losses, a.logits, targets_);
+  };
   // The losses add up until mean_loss reads them: one micro-batch's directly, a later one's
   // through a temporary (one more small kernel per micro-batch).
   if (heads_since_loss_++ == 0) {
     a.losses = stat({B_, T_}, "losses", s);
-    ops::crossentropy_forward(dev_, s, a.losses, a.logits, targets_);
+    losses_of(a.losses);
   } else {
     Tensor losses = stat({B_, T_}, "losses (micro-batch)", s);
-    ops::crossentropy_forward(dev_, s, losses, a.logits, targets_);
+    losses_of(losses);
     ops::add_(dev_, s, a.losses, losses);
     release(losses);
   }
 }
 
 void GPT::backward_head(Stream& s) {
-  const int64_t C = cfg_.channels, N = B_ * T_;
+  const int64_t C = cfg_.channels, N = B_ * T_, R = rows_, V = slice_.vocab_rows(cfg_);
   const int p = 2 + kParamsPerBlock * static_cast<int>(cfg_.layers);
   Acts& a = *acts_.back();
   Acts& in = *acts_[static_cast<size_t>(cfg_.layers)];
-  Tensor dlogits = act({B_, T_, cfg_.vocab}, "dlogits", s);
-  ops::crossentropy_backward(dev_, s, dlogits, a.logits, targets_, dloss_);
+  Tensor dlogits = act({B_, T_, V}, "dlogits", s);
+  if (tp_)
+    tp_->loss_backward(s, dlogits, a.logits, targets_, dloss_);
+  else
+    ops::crossentropy_backward(dev_, s, dlogits, a.logits, targets_, dloss_);
+  Tensor lnf = tp_ ? tp_->f_forward(s, a.lnf) : a.lnf;
   Tensor dlnf = zeros({N, C}, "dlnf", s);
-  ops::matmul_backward(dev_, s, dlnf, grads_[0], Tensor{}, dlogits.view(0, {N, cfg_.vocab}), a.lnf, w(0));
+  ops::matmul_backward(dev_, s, dlnf, grads_[0], Tensor{}, dlogits.view(0, {N, V}), lnf, w(0));
+  replaced(lnf, a.lnf);
+  if (tp_) dlnf = replaced(dlnf, tp_->f_backward(s, dlnf));
   // The residual stream's gradient starts here and flows back through every block.
-  dresidual_ = zeros({B_, T_, C}, "dresidual", s);
-  ops::layernorm_backward(dev_, s, dresidual_.view(0, {N, C}), grads_[static_cast<size_t>(p)],
-                          grads_[static_cast<size_t>(p) + 1], dlnf, in.out.view(0, {N, C}), w(p), a.meanf, a.rstdf);
+  dresidual_ = zeros(residual_shape(), "dresidual", s);
+  ops::layernorm_backward(dev_, s, dresidual_.view(0, {R, C}), grads_[static_cast<size_t>(p)],
+                          grads_[static_cast<size_t>(p) + 1], dlnf, in.out.view(0, {R, C}), w(p), a.meanf, a.rstdf);
   for (Tensor* t : {&dlogits, &dlnf, &a.lnf, &a.meanf, &a.rstdf, &a.logits, &in.out}) release(*t);
 }
 
 void GPT::backward_block(int l, Stream& s) {
-  const int64_t C = cfg_.channels, NH = cfg_.heads, hs = C / NH, N = B_ * T_;
+  const int64_t C = cfg_.channels, NH = slice_.heads(cfg_), hs = C / cfg_.heads, Ca = NH * hs,
+                H = slice_.hidden(cfg_), N = B_ * T_, R = rows_;
   const size_t p = 2 + kParamsPerBlock * static_cast<size_t>(l);
   const auto g = [&](size_t i) -> const Tensor& { return grads_[p + i]; };
+  const auto wt = [&](size_t i) -> const Tensor& { return w(static_cast<int>(p + i)); };
   Acts& a = *acts_[static_cast<size_t>(l) + 1];
   Acts& in = *acts_[static_cast<size_t>(l)];
-  const Tensor dres = dresidual_.view(0, {N, C});  // d(out) on entry, d(x) on exit
+  const Tensor dres = dresidual_.view(0, {R, C});  // d(out) on entry, d(x) on exit
+  // Tensor parallelism's operators backwards: g's (the row-parallel output's gradient, the bias's
+  // taken apart), f's (the column-parallel input's partial gradients summed), and f's forward
+  // again for the input a weight's gradient needs (gathered anew under sequence parallelism).
+  const auto g_backward = [&](size_t bias) {
+    if (!tp_) return dres;
+    ops::bias_backward(dev_, s, g(bias), dres);
+    return tp_->g_backward(s, dres);
+  };
+  const auto f_backward = [&](Tensor dinput) { return tp_ ? replaced(dinput, tp_->f_backward(s, dinput)) : dinput; };
+  const auto f_again = [&](const Tensor& x) { return tp_ ? tp_->f_forward(s, x) : x; };
+  const auto row_bias = [&](size_t bias) { return tp_ ? Tensor{} : g(bias); };
 
   // MLP, backwards. The residual passes dres straight through to x2; the branch adds to it.
-  Tensor dgelu = zeros({N, 4 * C}, "dgelu", s);
-  ops::matmul_backward(dev_, s, dgelu, g(10), g(11), dres, a.fch_gelu, w(static_cast<int>(p) + 10));
-  Tensor dfch = zeros({N, 4 * C}, "dfch", s);
+  Tensor dfcproj = g_backward(11);
+  Tensor dgelu = zeros({N, H}, "dgelu", s);
+  ops::matmul_backward(dev_, s, dgelu, g(10), row_bias(11), dfcproj, a.fch_gelu, wt(10));
+  replaced(dfcproj, dres);
+  Tensor dfch = zeros({N, H}, "dfch", s);
   ops::gelu_backward(dev_, s, dfch, a.fch, dgelu);
+  Tensor ln2 = f_again(a.ln2);
   Tensor dln2 = zeros({N, C}, "dln2", s);
-  ops::matmul_backward(dev_, s, dln2, g(8), g(9), dfch, a.ln2, w(static_cast<int>(p) + 8));
-  ops::layernorm_backward(dev_, s, dres, g(6), g(7), dln2, a.x2, w(static_cast<int>(p) + 6), a.mean2, a.rstd2);
+  ops::matmul_backward(dev_, s, dln2, g(8), g(9), dfch, ln2, wt(8));
+  replaced(ln2, a.ln2);
+  dln2 = f_backward(dln2);
+  ops::layernorm_backward(dev_, s, dres, g(6), g(7), dln2, a.x2, wt(6), a.mean2, a.rstd2);
 
   // Attention, backwards: dres is now d(x2).
-  Tensor datty = zeros({N, C}, "datty", s);
-  ops::matmul_backward(dev_, s, datty, g(4), g(5), dres, a.atty, w(static_cast<int>(p) + 4));
+  Tensor dproj = g_backward(5);
+  Tensor datty = zeros({N, Ca}, "datty", s);
+  ops::matmul_backward(dev_, s, datty, g(4), row_bias(5), dproj, a.atty, wt(4));
+  replaced(dproj, dres);
   Tensor d_o = zeros({B_, NH, T_, hs}, "d_o", s);
-  ops::heads_merge_backward(dev_, s, d_o, datty.view(0, {B_, T_, C}));
+  ops::heads_merge_backward(dev_, s, d_o, datty.view(0, {B_, T_, Ca}));
   Tensor dq = zeros({B_, NH, T_, hs}, "dq", s);
   Tensor dk = zeros({B_, NH, T_, hs}, "dk", s);
   Tensor dv = zeros({B_, NH, T_, hs}, "dv", s);
@@ -362,12 +462,14 @@ void GPT::backward_block(int l, Stream& s) {
     attention_->backward(s, l, dq, dk, dv, d_o, a.q, a.k, a.v, a.o, a.lse);
   else
     ops::attention_backward(dev_, s, dq, dk, dv, d_o, a.q, a.k, a.v, a.o, a.lse, ops::AttentionMask::causal);
-  Tensor dqkv = zeros({N, 3 * C}, "dqkv", s);
-  ops::qkv_split_backward(dev_, s, dqkv.view(0, {B_, T_, 3 * C}), dq, dk, dv, static_cast<int>(NH));
+  Tensor dqkv = zeros({N, 3 * Ca}, "dqkv", s);
+  ops::qkv_split_backward(dev_, s, dqkv.view(0, {B_, T_, 3 * Ca}), dq, dk, dv, static_cast<int>(NH));
+  Tensor ln1 = f_again(a.ln1);
   Tensor dln1 = zeros({N, C}, "dln1", s);
-  ops::matmul_backward(dev_, s, dln1, g(2), g(3), dqkv, a.ln1, w(static_cast<int>(p) + 2));
-  ops::layernorm_backward(dev_, s, dres, g(0), g(1), dln1, in.out.view(0, {N, C}), w(static_cast<int>(p)), a.mean1,
-                          a.rstd1);
+  ops::matmul_backward(dev_, s, dln1, g(2), g(3), dqkv, ln1, wt(2));
+  replaced(ln1, a.ln1);
+  dln1 = f_backward(dln1);
+  ops::layernorm_backward(dev_, s, dres, g(0), g(1), dln1, in.out.view(0, {R, C}), wt(0), a.mean1, a.rstd1);
 
   for (Tensor* t : {&dgelu, &dfch, &dln2, &datty, &d_o, &dq, &dk, &dv, &dqkv, &dln1, &a.ln1, &a.mean1, &a.rstd1,
                     &a.qkv, &a.q, &a.k, &a.v, &a.o, &a.lse, &a.atty, &a.x2, &a.ln2, &a.mean2, &a.rstd2, &a.fch,
@@ -376,7 +478,10 @@ void GPT::backward_block(int l, Stream& s) {
 }
 
 void GPT::backward_embeddings(Stream& s) {
-  if (positions_.defined())
+  if (tp_)
+    tp_->embedding_backward(s, grads_[0], grads_[1].defined() ? grads_[1].view(0, {T_, cfg_.channels}) : Tensor{},
+                            dresidual_, tokens_);
+  else if (positions_.defined())
     ops::embedding_backward(dev_, s, grads_[0], grads_[1], dresidual_, tokens_, positions_);
   else
     ops::embedding_backward(dev_, s, grads_[0], grads_[1].defined() ? grads_[1].view(0, {T_, cfg_.channels}) : Tensor{},

@@ -17,6 +17,7 @@
 // unit runs. Parameters are named and in a fixed order (PyTorch's registration order).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -36,14 +37,33 @@ struct GPTConfig {
   static std::vector<std::string> presets();
 };
 
+// Tensor parallelism (chapter 10) cuts every block and the vocabulary over `size` ranks; rank
+// `rank` holds heads [rank x NH / size, (rank + 1) x NH / size) of each attention (its rows of
+// the q, k and v projections, its columns of the output projection), the same share of each
+// MLP's hidden columns, and rows of the token embedding (the tied head's columns) as torch.chunk
+// cuts them: ceil(V / size) each, the last rank's fewer. Layer norms, the position embedding and
+// the output projections' biases are whole on every rank. {0, 1} is the whole model.
+struct ModelSlice {
+  int rank = 0, size = 1;
+  int64_t heads(const GPTConfig& c) const { return c.heads / size; }
+  int64_t hidden(const GPTConfig& c) const { return 4 * c.channels / size; }
+  int64_t vocab_begin(const GPTConfig& c) const { return std::min(c.vocab, rank * vocab_chunk(c)); }
+  int64_t vocab_rows(const GPTConfig& c) const { return std::min(c.vocab, (rank + 1) * vocab_chunk(c)) - vocab_begin(c); }
+  int64_t vocab_chunk(const GPTConfig& c) const { return (c.vocab + size - 1) / size; }
+};
+// Why `size` ranks cannot cut `cfg` (heads that do not divide, a rank left without vocabulary),
+// naming the values; empty when they can.
+std::string slice_problem(const GPTConfig& cfg, int size);
+
 struct ParamInfo {
   std::string name;  // "h.3.attn.qkv.weight"
   Shape shape;
   int unit;          // the unit that owns it (wte: 0, though the head uses it too)
 };
 
-// Parameter names, shapes and units of a config, in order. Pure: no device needed.
-std::vector<ParamInfo> gpt_params(const GPTConfig& cfg);
+// Parameter names, shapes and units of a config, in order, as `slice` holds them (the whole
+// model by default). Pure: no device needed.
+std::vector<ParamInfo> gpt_params(const GPTConfig& cfg, ModelSlice slice = {});
 int64_t gpt_num_params(const GPTConfig& cfg);
 // The parameters that do not train (PyTorch's requires_grad=False), by index: those whose name
 // contains one of the comma-separated `patterns` ("wte,wpe", "attn", "h.0."); none when empty.
@@ -89,13 +109,46 @@ class AttentionCore {
                         const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse) = 0;
 };
 
+// The collectives at the edges of a tensor-parallel slice (chapter 10). The model computes its
+// slice of every unit on its slice's shapes and calls these where the ranks' partial results
+// meet: Megatron's f (into a column-parallel matmul) and g (out of a row-parallel one), and the
+// vocabulary-parallel embedding and loss. The residual stream between them is whole on every
+// rank, or cut by rows under sequence parallelism (`residual_rows`). A call that returns a
+// tensor returns its argument or a new tensor, which the model then frees. Not owned.
+class TensorParallel {
+ public:
+  virtual ~TensorParallel() = default;
+  virtual ModelSlice slice() const = 0;
+  // Rows of the [N, C] residual stream (N = B x T tokens) this rank keeps.
+  virtual int64_t residual_rows(int64_t N) const = 0;
+  // f: x [rows, C] into a column-parallel matmul, whose input is [N, C]; backward: that input's
+  // gradient [N, C], partial on every rank, summed into x's [rows, C].
+  virtual Tensor f_forward(Stream& s, const Tensor& x) = 0;
+  virtual Tensor f_backward(Stream& s, const Tensor& dinput) = 0;
+  // g: a row-parallel matmul's partial output [N, C] summed into the stream's [rows, C];
+  // backward: the stream's gradient [rows, C] to the matmul output's [N, C].
+  virtual Tensor g_forward(Stream& s, const Tensor& partial) = 0;
+  virtual Tensor g_backward(Stream& s, const Tensor& dy) = 0;
+  // The embeddings (tokens [B, T], this rank's wte rows, the whole wpe [T, C]) into a new
+  // residual stream [rows, C]; backward from its gradient, accumulating into dwte and dwpe.
+  virtual Tensor embedding_forward(Stream& s, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) = 0;
+  virtual void embedding_backward(Stream& s, const Tensor& dwte, const Tensor& dwpe, const Tensor& dresidual,
+                                  const Tensor& tokens) = 0;
+  // The loss of every token (losses [B, T] f32) from this rank's columns of the logits
+  // [B, T, vocab rows]; backward writes their gradient (crossentropy_backward's contract).
+  virtual void loss_forward(Stream& s, const Tensor& losses, const Tensor& logits, const Tensor& targets) = 0;
+  virtual void loss_backward(Stream& s, const Tensor& dlogits, const Tensor& logits, const Tensor& targets,
+                             float dloss) = 0;
+};
+
 class GPT {
  public:
   // B rows of T tokens per forward on this rank. Throws std::invalid_argument naming the values
   // when heads do not divide channels or T exceeds the context. `compute` is the activations'
   // dtype: f32, or bf16 under mixed precision, where the chapter binds bf16 parameters and
   // gradients too (model/f32_math.h says how each op computes and rounds).
-  GPT(Device& dev, GPTConfig cfg, int64_t B, int64_t T, DType compute = DType::f32);
+  // With `tp` (chapter 10) the model holds and computes its tensor-parallel slice.
+  GPT(Device& dev, GPTConfig cfg, int64_t B, int64_t T, DType compute = DType::f32, TensorParallel* tp = nullptr);
   ~GPT();
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
@@ -121,7 +174,7 @@ class GPT {
   // position in the sequence (which row of wpe it takes); by default column t is position t.
   void set_batch(const Tensor& tokens, const Tensor& targets, float dloss, const Tensor& positions = {});
   // Who computes attention from now on (nullptr: the model itself). Not owned.
-  void set_attention(AttentionCore* core) { attention_ = core; }
+  void set_attention(AttentionCore* core);
 
   void forward(int unit, Stream& s);
   void backward(int unit, Stream& s);
@@ -136,6 +189,10 @@ class GPT {
   Tensor stat(Shape shape, std::string_view name, Stream& s);
   Tensor zeros(Shape shape, std::string_view name, Stream& s);
   void release(Tensor& t) { dev_.free(t); }
+  // The residual stream's rows on this rank, as the units hand it on: [B, T, C] when whole.
+  Shape residual_shape() const;
+  // Frees `in` when a tensor-parallel call returned another tensor `out`; returns `out`.
+  Tensor replaced(Tensor in, Tensor out);
   void forward_embeddings(Stream& s);
   void forward_block(int l, Stream& s);
   void forward_head(Stream& s);
@@ -155,6 +212,9 @@ class GPT {
   std::vector<std::unique_ptr<Acts>> acts_;  // per unit, between its forward and its backward
   Tensor tokens_, targets_, positions_;
   AttentionCore* attention_ = nullptr;
+  TensorParallel* tp_ = nullptr;
+  ModelSlice slice_;
+  int64_t rows_;  // of the residual stream on this rank
   float dloss_ = 0;
   Tensor dresidual_;  // the gradient flowing back along the residual stream
 };

@@ -140,13 +140,14 @@ void gemm(int64_t M, int64_t N, int64_t K, Strided a, Strided b, float* c, int64
 
 // ---- shared pieces of the row-wise ops
 
-// Calls fn(bt, position, id) for every token of a [B, T] token tensor: its index there, the row
-// of wpe it takes (its column t, or positions[t] when given) and its id, after checking that
-// the id indexes a row of a [V, ..] table and the position one of [P, ..] (a bad one would read
-// outside them on a real GPU too).
+// Calls fn(bt, position, row) for every token of a [B, T] token tensor: its index there, the row
+// of wpe it takes (its column t, or positions[t] when given) and the row of a [V, ..] table its
+// id indexes, after checking that the position indexes a row of [P, ..] (a bad one would read
+// outside them on a real GPU too). A whole table (vocab_begin kWholeTable) must hold every id;
+// a slice of the vocabulary (rows from vocab_begin) holds some: the others get row -1.
 template <typename Fn>
 void for_each_token(const char* op, const Tensor& tokens, const Tensor& positions, int64_t B, int64_t T, int64_t V,
-                    int64_t P, Fn fn) {
+                    int64_t P, int64_t vocab_begin, Fn fn) {
   const int32_t* tok = tokens.i32();
   const int32_t* pos = positions.defined() ? positions.i32() : nullptr;
   for (int64_t t = 0; pos && t < T; ++t)
@@ -154,10 +155,15 @@ void for_each_token(const char* op, const Tensor& tokens, const Tensor& position
       throw std::out_of_range(std::string(op) + ": position id " + std::to_string(pos[t]) + " at column " +
                               std::to_string(t) + " outside [0, " + std::to_string(P) + ")");
   for (int64_t bt = 0; bt < B * T; ++bt) {
-    if (tok[bt] < 0 || tok[bt] >= V)
+    int64_t row = tok[bt];
+    if (vocab_begin != kWholeTable) {
+      row -= vocab_begin;
+      if (row < 0 || row >= V) row = -1;
+    } else if (row < 0 || row >= V) {
       throw std::out_of_range(std::string(op) + ": id " + std::to_string(tok[bt]) + " at position " +
                               std::to_string(bt) + " outside [0, " + std::to_string(V) + ")");
-    fn(bt, pos ? static_cast<int64_t>(pos[bt % T]) : bt % T, static_cast<int64_t>(tok[bt]));
+    }
+    fn(bt, pos ? static_cast<int64_t>(pos[bt % T]) : bt % T, row);
   }
 }
 
@@ -237,7 +243,7 @@ void check_crossentropy(const char* op, const Tensor& logits, const Tensor& targ
   require_numel(targets, logits.numel() / std::max<int64_t>(V, 1), op, "targets");
 }
 
-float row_max(const float* x, int64_t n) {
+float max_of(const float* x, int64_t n) {
   float m = -INFINITY;
   for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
   return m;
@@ -385,38 +391,44 @@ void residual_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& a
 }
 
 // out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :]: a token's vector plus its position's. Only the
-// gathered rows of wte move, so the traffic is B*T rows of it, not all V.
+// gathered rows of wte move, so the traffic is B*T rows of it, not all V. A slice of the
+// vocabulary's table (vocab_begin) adds only the rows it holds; without wpe no position is added.
 void embedding_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& tokens, const Tensor& wte,
-                       const Tensor& wpe, const Tensor& positions) {
+                       const Tensor& wpe, const Tensor& positions, int64_t vocab_begin) {
   check_embedding("embedding_forward", out, tokens, wte, wpe, positions);
-  const int64_t B = out.shape[0], T = out.shape[1], C = out.shape[2], V = wte.shape[0], P = wpe.shape[0];
+  const int64_t B = out.shape[0], T = out.shape[1], C = out.shape[2], V = wte.shape[0];
+  const int64_t P = wpe.defined() ? wpe.shape[0] : INT32_MAX;
+  std::vector<Access> acc{reads(tokens), reads(wte)};
+  if (wpe.defined()) acc.push_back(reads(wpe));
+  acc.push_back(writes(out));
   Kernel k = kernel("embedding_forward", static_cast<double>(B * T * C), KernelClass::elementwise,
-                    with_positions({reads(tokens), reads(wte), reads(wpe), writes(out)}, positions));
+                    with_positions(std::move(acc), positions));
   k.bytes = static_cast<double>(tokens.bytes() + out.bytes() + (positions.defined() ? positions.bytes() : 0)) +
-            static_cast<double>(dtype_size(wte.dtype) * B * T * C + dtype_size(wpe.dtype) * T * C);
+            static_cast<double>(dtype_size(wte.dtype) * B * T * C + (wpe.defined() ? dtype_size(wpe.dtype) * T * C : 0));
   launch_f32(dev, s, k, [=](const AsF32& f) {
     float* const x = f(out);
     const float *const te = f(wte), *const pe = f(wpe);
-    for_each_token("embedding_forward", tokens, positions, B, T, V, P, [&](int64_t bt, int64_t t, int64_t ix) {
+    for_each_token("embedding_forward", tokens, positions, B, T, V, P, vocab_begin, [&](int64_t bt, int64_t t, int64_t row) {
       float* o = x + bt * C;
-      const float* w = te + ix * C;
-      const float* p = pe + t * C;
-      for (int64_t i = 0; i < C; ++i) o[i] = w[i] + p[i];
+      const float* w = row >= 0 ? te + row * C : nullptr;
+      const float* p = pe != nullptr ? pe + t * C : nullptr;
+      for (int64_t i = 0; i < C; ++i) o[i] = (w != nullptr ? w[i] : 0.0f) + (p != nullptr ? p[i] : 0.0f);
     });
   }, SHARDLAB_ON_CUDA_F32(cuda::embedding_forward(f(out), tokens.i32(), positions.defined() ? positions.i32() : nullptr,
-                                              f(wte), f(wpe), B, T, C, V, P, stream)));
+                                              f(wte), f(wpe), B, T, C, V, P, vocab_begin, stream)));
 }
 
 // The gradient of a gather is a scatter-add: each position's dout goes to its token's row of
 // dwte and its position's row of dwpe (a token seen twice gets both contributions).
 void embedding_backward(Device& dev, Stream& s, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
-                        const Tensor& tokens, const Tensor& positions) {
+                        const Tensor& tokens, const Tensor& positions, int64_t vocab_begin) {
   // A frozen table (requires_grad=False) has no gradient; both frozen, there is nothing to do.
   if (!dwte.defined() && !dwpe.defined()) return;
   check_embedding("embedding_backward", dout, tokens, dwte, dwpe, positions);
   const int64_t B = dout.shape[0], T = dout.shape[1], C = dout.shape[2];
   // A frozen table's ids are not bounded here (forward checked them against the table).
   const int64_t V = dwte.defined() ? dwte.shape[0] : INT32_MAX, P = dwpe.defined() ? dwpe.shape[0] : INT32_MAX;
+  const int64_t begin = dwte.defined() ? vocab_begin : kWholeTable;
   std::vector<Access> acc{reads(dout), reads(tokens)};
   accumulates_into(acc, {&dwte, &dwpe});
   Kernel k = kernel("embedding_backward", 2.0 * static_cast<double>(B * T * C), KernelClass::elementwise,
@@ -428,16 +440,17 @@ void embedding_backward(Device& dev, Stream& s, const Tensor& dwte, const Tensor
     float* wte = f(dwte);
     float* wpe = f(dwpe);
     const float* dy = f(dout);
-    for_each_token("embedding_backward", tokens, positions, B, T, V, P, [&](int64_t bt, int64_t t, int64_t ix) {
+    for_each_token("embedding_backward", tokens, positions, B, T, V, P, begin, [&](int64_t bt, int64_t t, int64_t row) {
       const float* d = dy + bt * C;
-      if (wte != nullptr)
-        for (int64_t i = 0; i < C; ++i) wte[ix * C + i] += d[i];
+      if (wte != nullptr && row >= 0)
+        for (int64_t i = 0; i < C; ++i) wte[row * C + i] += d[i];
       if (wpe != nullptr)
         for (int64_t i = 0; i < C; ++i) wpe[t * C + i] += d[i];
     });
   }, SHARDLAB_ON_CUDA_F32(cuda::embedding_backward(f(dwte),
                                                f(dwpe), f(dout), tokens.i32(),
-                                               positions.defined() ? positions.i32() : nullptr, B, T, C, V, P, stream)));
+                                               positions.defined() ? positions.i32() : nullptr, B, T, C, V, P,
+                                               begin, stream)));
 }
 
 // Per row: out = (x - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + 1e-5) with the biased
@@ -613,6 +626,39 @@ void matmul_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& d
              }));
 }
 
+// out[N, OC] += bias: one read-modify-write of out, N*OC FLOPs.
+void bias_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& bias) {
+  require_float("bias_forward", {out, bias});
+  const int64_t OC = bias.numel(), N = out.numel() / std::max<int64_t>(OC, 1);
+  require_shape(out, with_last_dim(out.shape, OC), "bias_forward", "out");
+  launch_f32(dev, s, kernel("bias_forward", static_cast<double>(N * OC), KernelClass::elementwise,
+                            {reads(out), reads(bias), writes(out)}),
+             [=](const AsF32& f) {
+               float* o = f(out);
+               const float* b = f(bias);
+               for (int64_t n = 0; n < N; ++n)
+                 for (int64_t j = 0; j < OC; ++j) o[n * OC + j] += b[j];
+             },
+             SHARDLAB_ON_CUDA_F32(cuda::add_bias(f(out), f(bias), N, OC, stream)));
+}
+
+// dbias[OC] += column sums of dout[N, OC]: matmul_backward's bias term on its own.
+void bias_backward(Device& dev, Stream& s, const Tensor& dbias, const Tensor& dout) {
+  if (!dbias.defined()) return;  // a frozen bias
+  require_float("bias_backward", {dbias, dout});
+  const int64_t OC = dbias.numel(), N = dout.numel() / std::max<int64_t>(OC, 1);
+  require_shape(dout, with_last_dim(dout.shape, OC), "bias_backward", "dout");
+  launch_f32(dev, s, kernel("bias_backward", static_cast<double>(N * OC), KernelClass::elementwise,
+                            {reads(dout), reads(dbias), writes(dbias)}),
+             [=](const AsF32& f) {
+               float* db = f(dbias);
+               const float* dy = f(dout);
+               for (int64_t n = 0; n < N; ++n)
+                 for (int64_t j = 0; j < OC; ++j) db[j] += dy[n * OC + j];
+             },
+             SHARDLAB_ON_CUDA_F32(cuda::matmul_backward_weight(nullptr, f(dbias), f(dout), nullptr, N, 0, OC, stream)));
+}
+
 // GPT-2's GELU, the tanh approximation: out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 // About 10 FLOPs per element, the tanh counted as one.
 void gelu_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& inp) {
@@ -671,7 +717,7 @@ void crossentropy_forward(Device& dev, Stream& s, const Tensor& losses, const Te
                for (int64_t n = 0; n < N; ++n) {
                  const float* x = f(logits) + n * V;
                  const int64_t t = target_of("crossentropy_forward", targets.i32(), n, V);
-                 const float mx = row_max(x, V);
+                 const float mx = max_of(x, V);
                  float sum = 0.0f;
                  for (int64_t i = 0; i < V; ++i) sum += std::exp(x[i] - mx);
                  f(losses)[n] = std::log(sum) + mx - x[t];
@@ -695,7 +741,7 @@ void crossentropy_backward(Device& dev, Stream& s, const Tensor& dlogits, const 
                  const float* x = f(logits) + n * V;
                  float* dx = f(dlogits) + n * V;
                  const int64_t t = target_of("crossentropy_backward", targets.i32(), n, V);
-                 const float mx = row_max(x, V);
+                 const float mx = max_of(x, V);
                  float sum = 0.0f;
                  for (int64_t i = 0; i < V; ++i) {
                    dx[i] = std::exp(x[i] - mx);
@@ -708,6 +754,98 @@ void crossentropy_backward(Device& dev, Stream& s, const Tensor& dlogits, const 
              },
              SHARDLAB_ON_CUDA_F32(cuda::crossentropy_backward(f(dlogits), f(logits), targets.i32(), N, V, dloss,
                                                           stream)));
+}
+
+// The vocabulary-parallel pieces (ops.h). Each row's three statistics, like the whole-row op's,
+// in float32; the logits' slice is read once per op (about 1 FLOP per logit for the max, 3 for
+// the sums, 4 for backward, as crossentropy_forward / _backward count theirs).
+namespace {
+
+void check_row_stats(const char* op, const Tensor& logits, std::initializer_list<Tensor> stats) {
+  require_float(op, {logits});
+  require_f32(op, stats);
+  const int64_t N = logits.numel() / std::max<int64_t>(last_dim(logits, op, "logits"), 1);
+  for (const Tensor& t : stats) require_numel(t, N, op, "a row statistic");
+}
+
+// The row of this slice that holds target t, or -1 where another rank's slice does.
+int64_t slice_row(int32_t t, int64_t vocab_begin, int64_t V) {
+  const int64_t row = static_cast<int64_t>(t) - vocab_begin;
+  return row >= 0 && row < V ? row : -1;
+}
+
+}  // namespace
+
+void crossentropy_row_max(Device& dev, Stream& s, const Tensor& row_max, const Tensor& logits) {
+  check_row_stats("crossentropy_row_max", logits, {row_max});
+  const int64_t V = last_dim(logits, "crossentropy_row_max", "logits"), N = row_max.numel();
+  launch_f32(dev, s, kernel("crossentropy_row_max", static_cast<double>(N * V), KernelClass::elementwise,
+                            {reads(logits), writes(row_max)}),
+             [=](const AsF32& f) {
+               for (int64_t n = 0; n < N; ++n) f(row_max)[n] = max_of(f(logits) + n * V, V);
+             },
+             SHARDLAB_ON_CUDA_F32(cuda::crossentropy_row_max(f(row_max), f(logits), N, V, stream)));
+}
+
+void crossentropy_row_sums(Device& dev, Stream& s, const Tensor& sum_exp, const Tensor& target_logit,
+                           const Tensor& logits, const Tensor& row_max, const Tensor& targets, int64_t vocab_begin) {
+  check_row_stats("crossentropy_row_sums", logits, {sum_exp, target_logit, row_max});
+  require_i32(targets, "crossentropy_row_sums", "targets");
+  require_numel(targets, row_max.numel(), "crossentropy_row_sums", "targets");
+  const int64_t V = last_dim(logits, "crossentropy_row_sums", "logits"), N = row_max.numel();
+  launch_f32(dev, s, kernel("crossentropy_row_sums", 2.0 * static_cast<double>(N * V), KernelClass::elementwise,
+                            {reads(logits), reads(row_max), reads(targets), writes(sum_exp), writes(target_logit)}),
+             [=](const AsF32& f) {
+               for (int64_t n = 0; n < N; ++n) {
+                 const float* x = f(logits) + n * V;
+                 const float mx = f(row_max)[n];
+                 float sum = 0.0f;
+                 for (int64_t i = 0; i < V; ++i) sum += std::exp(x[i] - mx);
+                 f(sum_exp)[n] = sum;
+                 const int64_t t = slice_row(targets.i32()[n], vocab_begin, V);
+                 f(target_logit)[n] = t >= 0 ? x[t] : 0.0f;
+               }
+             },
+             SHARDLAB_ON_CUDA_F32(cuda::crossentropy_row_sums(f(sum_exp), f(target_logit), f(logits), f(row_max),
+                                                              targets.i32(), N, V, vocab_begin, stream)));
+}
+
+void crossentropy_losses(Device& dev, Stream& s, const Tensor& losses, const Tensor& row_max, const Tensor& sum_exp,
+                         const Tensor& target_logit) {
+  require_f32("crossentropy_losses", {losses, row_max, sum_exp, target_logit});
+  const int64_t N = losses.numel();
+  for (const Tensor* t : {&row_max, &sum_exp, &target_logit}) require_numel(*t, N, "crossentropy_losses", "a row statistic");
+  launch_f32(dev, s, kernel("crossentropy_losses", 3.0 * static_cast<double>(N), KernelClass::elementwise,
+                            {reads(row_max), reads(sum_exp), reads(target_logit), writes(losses)}),
+             [=](const AsF32& f) {
+               for (int64_t n = 0; n < N; ++n) f(losses)[n] = std::log(f(sum_exp)[n]) + f(row_max)[n] - f(target_logit)[n];
+             },
+             SHARDLAB_ON_CUDA_F32(cuda::crossentropy_losses(f(losses), f(row_max), f(sum_exp), f(target_logit), N, stream)));
+}
+
+void crossentropy_backward_slice(Device& dev, Stream& s, const Tensor& dlogits, const Tensor& logits,
+                                 const Tensor& targets, float dloss, const Tensor& row_max, const Tensor& sum_exp,
+                                 int64_t vocab_begin) {
+  check_row_stats("crossentropy_backward_slice", logits, {row_max, sum_exp});
+  require_float("crossentropy_backward_slice", {dlogits});
+  require_shape(dlogits, logits.shape, "crossentropy_backward_slice", "dlogits");
+  require_i32(targets, "crossentropy_backward_slice", "targets");
+  require_numel(targets, row_max.numel(), "crossentropy_backward_slice", "targets");
+  const int64_t V = last_dim(logits, "crossentropy_backward_slice", "logits"), N = row_max.numel();
+  launch_f32(dev, s, kernel("crossentropy_backward_slice", 4.0 * static_cast<double>(N * V), KernelClass::elementwise,
+                            {reads(logits), reads(targets), reads(row_max), reads(sum_exp), writes(dlogits)}),
+             [=](const AsF32& f) {
+               for (int64_t n = 0; n < N; ++n) {
+                 const float* x = f(logits) + n * V;
+                 float* dx = f(dlogits) + n * V;
+                 const float mx = f(row_max)[n], scale = dloss / f(sum_exp)[n];
+                 for (int64_t i = 0; i < V; ++i) dx[i] = std::exp(x[i] - mx) * scale;
+                 const int64_t t = slice_row(targets.i32()[n], vocab_begin, V);
+                 if (t >= 0) dx[t] -= dloss;
+               }
+             },
+             SHARDLAB_ON_CUDA_F32(cuda::crossentropy_backward_slice(f(dlogits), f(logits), f(row_max), f(sum_exp),
+                                                                    targets.i32(), N, V, vocab_begin, dloss, stream)));
 }
 
 // torch.optim.AdamW, step t (from 1), in PyTorch's order: decay first, then the Adam step.

@@ -53,11 +53,16 @@ void copy_blocks(Device& dev, Stream& s, std::string_view name, int64_t rows, co
 
 // ---- embeddings: out[b, t, :] = wte[tokens[b, t], :] + wpe[p(t), :], p(t) = t, or positions[t]
 // when given (a sequence split over ranks: chapter 08's tokens are not in order).
+// `vocab_begin`: kWholeTable, wte is the whole vocabulary's table and an id outside it is an
+// error; else wte holds rows [vocab_begin, vocab_begin + rows) of it (tensor parallelism's
+// slice, chapter 10): an id outside them adds nothing and gets no gradient here. wpe undefined:
+// no position is added.
+constexpr int64_t kWholeTable = -1;
 void embedding_forward(Device& dev, Stream& s, const Tensor& out /*[B,T,C]*/, const Tensor& tokens /*[B,T] i32*/,
                        const Tensor& wte /*[V,C]*/, const Tensor& wpe /*[maxT,C]*/,
-                       const Tensor& positions = {} /*[T] i32*/);
+                       const Tensor& positions = {} /*[T] i32*/, int64_t vocab_begin = kWholeTable);
 void embedding_backward(Device& dev, Stream& s, const Tensor& dwte, const Tensor& dwpe, const Tensor& dout,
-                        const Tensor& tokens, const Tensor& positions = {});
+                        const Tensor& tokens, const Tensor& positions = {}, int64_t vocab_begin = kWholeTable);
 
 // ---- layernorm over the last dimension (eps 1e-5); saves mean and rstd ([N]) for backward
 void layernorm_forward(Device& dev, Stream& s, const Tensor& out /*[N,C]*/, const Tensor& mean /*[N]*/,
@@ -74,6 +79,11 @@ void matmul_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& inp
 void matmul_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                      const Tensor& dout, const Tensor& inp, const Tensor& weight);
 
+// A bias on its own, out[N, OC] += bias[OC], and its gradient dbias += column sums of dout: a
+// row-parallel linear (chapter 10) adds its bias once its ranks' partial products are summed.
+void bias_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& bias);
+void bias_backward(Device& dev, Stream& s, const Tensor& dbias, const Tensor& dout);
+
 // ---- GELU, tanh approximation (GPT-2's)
 void gelu_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& inp);
 void gelu_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& inp, const Tensor& dout);
@@ -86,6 +96,25 @@ void crossentropy_forward(Device& dev, Stream& s, const Tensor& losses /*[B,T]*/
 // gradient of the final loss with respect to each position's loss, 1 / (B x T) for a mean.
 void crossentropy_backward(Device& dev, Stream& s, const Tensor& dlogits, const Tensor& logits,
                            const Tensor& targets, float dloss);
+
+// ---- the same loss over a vocabulary cut over ranks (chapter 10): logits [.., V] are columns
+// [vocab_begin, vocab_begin + V) of each row's logits. The softmax's row statistics are taken
+// in pieces, each reduced across the ranks before the next:
+//   crossentropy_row_max:   row_max[n] = max_j logits[n, j]                         (all-reduce max)
+//   crossentropy_row_sums:  sum_exp[n] = sum_j exp(logits[n, j] - row_max[n]),
+//                           target_logit[n] = logits[n, target - vocab_begin] where this
+//                           slice holds the target, else 0                         (all-reduce sum)
+//   crossentropy_losses:    losses[n] = log(sum_exp[n]) + row_max[n] - target_logit[n]
+// and backward needs no communication at all: dlogits = (exp(logits - row_max) / sum_exp -
+// onehot) x dloss, the one-hot on the rank that holds the target. Statistics are f32 [N].
+void crossentropy_row_max(Device& dev, Stream& s, const Tensor& row_max, const Tensor& logits);
+void crossentropy_row_sums(Device& dev, Stream& s, const Tensor& sum_exp, const Tensor& target_logit,
+                           const Tensor& logits, const Tensor& row_max, const Tensor& targets, int64_t vocab_begin);
+void crossentropy_losses(Device& dev, Stream& s, const Tensor& losses, const Tensor& row_max, const Tensor& sum_exp,
+                         const Tensor& target_logit);
+void crossentropy_backward_slice(Device& dev, Stream& s, const Tensor& dlogits, const Tensor& logits,
+                                 const Tensor& targets, float dloss, const Tensor& row_max, const Tensor& sum_exp,
+                                 int64_t vocab_begin);
 
 // ---- AdamW (PyTorch's torch.optim.AdamW; decoupled weight decay applied to every element)
 struct AdamW {

@@ -267,15 +267,15 @@ TEST_CASE("cuda: embedding forward and backward", "[cuda]") {
     const int32_t* pos = gpos ? gpos->i() : nullptr;
     ops::embedding_forward(f.dev, f.s(), out, tokens, wte, wpe, positions);
     ops::embedding_backward(f.dev, f.s(), dwte, dwpe, dout, tokens, positions);
-    cuda::embedding_forward(gout.f(), gtok.i(), pos, gwte.f(), gwpe.f(), B, T, C, V, maxT, f.stream());
-    cuda::embedding_backward(gdwte.f(), gdwpe.f(), gdout.f(), gtok.i(), pos, B, T, C, V, maxT, f.stream());
+    cuda::embedding_forward(gout.f(), gtok.i(), pos, gwte.f(), gwpe.f(), B, T, C, V, maxT, ops::kWholeTable, f.stream());
+    cuda::embedding_backward(gdwte.f(), gdwpe.f(), gdout.f(), gtok.i(), pos, B, T, C, V, maxT, ops::kWholeTable, f.stream());
     f.finish();
     expect_close("embedding_forward", gout, out, kElementwise);
     expect_close("embedding_backward dwte", gdwte, dwte, kElementwise);
     expect_close("embedding_backward dwpe", gdwpe, dwpe, kElementwise);
     // The token embedding frozen (chapter 09's --freeze): dwte null, dwpe as before.
     ops::embedding_backward(f.dev, f.s(), Tensor{}, dwpe, dout, tokens, positions);
-    cuda::embedding_backward(nullptr, gdwpe.f(), gdout.f(), gtok.i(), pos, B, T, C, V, maxT, f.stream());
+    cuda::embedding_backward(nullptr, gdwpe.f(), gdout.f(), gtok.i(), pos, B, T, C, V, maxT, ops::kWholeTable, f.stream());
     f.finish();
     expect_close("embedding_backward dwpe (wte frozen)", gdwpe, dwpe, kElementwise);
   }

@@ -674,6 +674,97 @@ TEST_CASE("ops: crossentropy forward matches a double reference, backward matche
   CHECK(dev.race_reports().empty());
 }
 
+// Tensor parallelism's pieces (chapter 10), each against the whole op it stands for: the
+// vocabulary cut as torch.chunk cuts it (13, 13, 11 of 37 rows), the ranks' partial results
+// reduced here on the host as the collectives would (max, then sums).
+TEST_CASE("ops: the vocabulary's slices give the whole embedding, loss and gradient", "[ops]") {
+  SimDevice dev = real_device();
+  Stream& s = dev.compute_stream();
+  const int64_t B = 2, T = 5, N = B * T, C = 7, V = 37, chunk = 13;
+  const float dloss = 1.0f / static_cast<float>(N);
+  std::vector<int32_t> ids = random_ids(N, V);
+  ids[0] = 0, ids[1] = 12, ids[2] = 13, ids[3] = 36;  // the slices' edges
+  const Vec wte = random_vec(V * C), wpe = random_vec(T * C), x = random_vec(N * V, 3.0), dout = random_vec(N * C);
+  Tensor tokens = i32_tensor(dev, {B, T}, ids, "tokens"), twpe = tensor_of(dev, {T, C}, wpe, "wpe");
+  Tensor logits = tensor_of(dev, {B, T, V}, x, "logits");
+
+  // The whole ops.
+  Tensor twte = tensor_of(dev, {V, C}, wte, "wte"), emb = zeros(dev, {B, T, C}, "emb");
+  ops::embedding_forward(dev, s, emb, tokens, twte, twpe);
+  Tensor tdout = tensor_of(dev, {B, T, C}, dout, "dout"), dwte = zeros(dev, {V, C}, "dwte");
+  ops::embedding_backward(dev, s, dwte, Tensor{}, tdout, tokens);
+  Tensor losses = zeros(dev, {B, T}, "losses"), dlogits = zeros(dev, {B, T, V}, "dlogits");
+  ops::crossentropy_forward(dev, s, losses, logits, tokens);
+  ops::crossentropy_backward(dev, s, dlogits, logits, tokens, dloss);
+
+  // The slices: embeddings summed over slices (the first adds the positions), row statistics.
+  Vec emb_sum(static_cast<size_t>(N * C), 0.0), dwte_cat, max(static_cast<size_t>(N), -INFINITY);
+  Vec sum_exp(static_cast<size_t>(N), 0.0), target(static_cast<size_t>(N), 0.0);
+  std::vector<Tensor> slice_logits;
+  for (int64_t begin = 0; begin < V; begin += chunk) {
+    const int64_t rows = std::min(chunk, V - begin);
+    Tensor part = tensor_of(dev, {rows, C}, Vec(wte.begin() + begin * C, wte.begin() + (begin + rows) * C), "wte slice");
+    Tensor out = zeros(dev, {B, T, C}, "emb slice");
+    ops::embedding_forward(dev, s, out, tokens, part, begin == 0 ? twpe : Tensor{}, Tensor{}, begin);
+    for (int64_t i = 0; i < N * C; ++i) emb_sum[static_cast<size_t>(i)] += out.f32()[i];
+    Tensor dpart = zeros(dev, {rows, C}, "dwte slice");
+    ops::embedding_backward(dev, s, dpart, Tensor{}, tdout, tokens, Tensor{}, begin);
+    for (double v : values(dpart)) dwte_cat.push_back(v);
+
+    Vec cols;
+    for (int64_t n = 0; n < N; ++n) cols.insert(cols.end(), x.begin() + n * V + begin, x.begin() + n * V + begin + rows);
+    slice_logits.push_back(tensor_of(dev, {B, T, rows}, cols, "logits slice"));
+    Tensor m = zeros(dev, {N}, "row max");
+    ops::crossentropy_row_max(dev, s, m, slice_logits.back());
+    for (int64_t n = 0; n < N; ++n) max[static_cast<size_t>(n)] = std::max(max[static_cast<size_t>(n)], values(m)[n]);
+  }
+  Tensor tmax = tensor_of(dev, {N}, max, "row max");
+  for (int64_t begin = 0, k = 0; begin < V; begin += chunk, ++k) {
+    Tensor se = zeros(dev, {N}, "sum exp"), tl = zeros(dev, {N}, "target logit");
+    ops::crossentropy_row_sums(dev, s, se, tl, slice_logits[static_cast<size_t>(k)], tmax, tokens, begin);
+    for (int64_t n = 0; n < N; ++n) sum_exp[static_cast<size_t>(n)] += values(se)[n], target[static_cast<size_t>(n)] += values(tl)[n];
+  }
+  // One slice holds each token's row and one adds its position: rounded once, the sum is the
+  // whole op's, bit for bit (as an all-reduce in float32 gives it).
+  for (double& v : emb_sum) v = static_cast<float>(v);
+  CHECK(values(emb) == emb_sum);
+  CHECK(values(dwte) == dwte_cat);
+  Tensor tsum = tensor_of(dev, {N}, sum_exp, "sum exp"), ttarget = tensor_of(dev, {N}, target, "target logit");
+  Tensor slice_losses = zeros(dev, {B, T}, "losses from slices");
+  ops::crossentropy_losses(dev, s, slice_losses, tmax, tsum, ttarget);
+  check_close(values(slice_losses), values(losses), 1e-6, "losses from slices");
+  Vec dcat(static_cast<size_t>(N * V));
+  for (int64_t begin = 0, k = 0; begin < V; begin += chunk, ++k) {
+    const Tensor& part = slice_logits[static_cast<size_t>(k)];
+    const int64_t rows = part.shape[2];
+    Tensor d = zeros(dev, part.shape, "dlogits slice");
+    ops::crossentropy_backward_slice(dev, s, d, part, tokens, dloss, tmax, tsum, begin);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t j = 0; j < rows; ++j) dcat[static_cast<size_t>(n * V + begin + j)] = d.f32()[n * rows + j];
+  }
+  check_close(dcat, values(dlogits), 1e-6, "dlogits from slices");
+  CHECK(dev.race_reports().empty());
+}
+
+TEST_CASE("ops: a bias on its own is matmul's bias, forward and backward", "[ops]") {
+  SimDevice dev = real_device();
+  Stream& s = dev.compute_stream();
+  const int64_t N = 6, C = 5, OC = 7;
+  const Vec x = random_vec(N * C), w = random_vec(OC * C), b = random_vec(OC), dy = random_vec(N * OC);
+  Tensor tx = tensor_of(dev, {N, C}, x, "x"), tw = tensor_of(dev, {OC, C}, w, "w"), tb = tensor_of(dev, {OC}, b, "b");
+  Tensor fused = zeros(dev, {N, OC}, "fused"), apart = zeros(dev, {N, OC}, "apart");
+  ops::matmul_forward(dev, s, fused, tx, tw, tb);
+  ops::matmul_forward(dev, s, apart, tx, tw, Tensor{});
+  ops::bias_forward(dev, s, apart, tb);
+  check_close(values(apart), values(fused), 1e-6, "bias added apart");
+  Tensor tdy = tensor_of(dev, {N, OC}, dy, "dy"), db_fused = zeros(dev, {OC}, "db"), db_apart = zeros(dev, {OC}, "db");
+  Tensor dx = zeros(dev, {N, C}, "dx");
+  ops::matmul_backward(dev, s, dx, Tensor{}, db_fused, tdy, tx, tw);
+  ops::bias_backward(dev, s, db_apart, tdy);
+  CHECK(values(db_apart) == values(db_fused));
+  CHECK(dev.race_reports().empty());
+}
+
 TEST_CASE("ops: crossentropy of uniform logits is log V, and huge logits stay finite", "[ops]") {
   SimDevice dev = real_device();
   Stream& s = dev.compute_stream();
@@ -804,6 +895,13 @@ TEST_CASE("ops: under --compute skip every op runs and declares its FLOPs and by
     ops::gelu_backward(dev, s, x, y, y);
     ops::crossentropy_forward(dev, s, stat, logits, tokens);
     ops::crossentropy_backward(dev, s, logits, logits, tokens, 1.0f);
+    Tensor row = f32({N});
+    ops::crossentropy_row_max(dev, s, row, logits);
+    ops::crossentropy_row_sums(dev, s, row, row, logits, row, tokens, 0);
+    ops::crossentropy_losses(dev, s, stat, row, row, row);
+    ops::crossentropy_backward_slice(dev, s, logits, logits, tokens, 1.0f, row, row, 0);
+    ops::bias_forward(dev, s, out, bias);
+    ops::bias_backward(dev, s, bias, out);
     ops::adamw(dev, s, w, w, w, w, 1, {});
     CHECK(last() == Approx(count_flops ? 15.0 * OC * C : 7 * f * OC * C));
     CHECK(dev.race_reports().empty());
