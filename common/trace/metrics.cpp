@@ -200,6 +200,7 @@ CollectiveMetrics collective_metrics(const CollectiveRecord& c) {
   CollectiveMetrics m;
   m.name = c.name;
   m.group_size = c.group_size;
+  m.group = c.group;
   m.bytes = collective_bytes(c);
   m.time_us = c.end_us - c.start_us;
   if (m.time_us > 0) {

@@ -70,6 +70,7 @@ struct CollectiveMetrics {
   int step = -1;        // the step window containing its start, -1 if none
   std::string name;
   int group_size = 1;
+  std::string group;      // the record's "Process Group Name"
   int64_t bytes = 0;
   double time_us = 0;
   double algbw_GBps = 0;  // 1 GB = 1e9 bytes
