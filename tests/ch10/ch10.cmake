@@ -1,0 +1,34 @@
+# Chapter 10: tensor parallelism (Megatron's f and g), sequence parallelism, TP x DP.
+# The chapter checks itself against single-rank training and counts its group's collectives
+# against the formula. By default the world is one tensor-parallel group (worlds 1-4 below).
+shardlab_chapter_tests(ch10 shardlab_ch10)
+foreach(np 2 3 4)
+  set(test "ch10: --sequence-parallel at world ${np} equals single-rank training, f and g as all-gathers and reduce-scatters")
+  add_test(NAME "${test}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch10> --sequence-parallel --trace-dir ${RUNS} --run-name ch10_sp_np${np})
+  set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
+endforeach()
+# The 2-D mesh of 4 ranks: 2-way TP inside, 2-way data parallel across, with and without SP.
+foreach(sp "" "--sequence-parallel")
+  set(test "ch10: --tp 2 at world 4 (TP 2 x DP 2) ${sp} equals single-rank training")
+  add_test(NAME "${test}" COMMAND ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch10> --tp 2 ${sp} --trace-dir ${RUNS} --run-name ch10_2d${sp})
+  set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS 4)
+endforeach()
+add_test(NAME "ch10: --tp that does not divide the world exits 2 naming the flag"
+         COMMAND ${EXPECT_EXIT} 2 "--tp: got '3'; allowed: a divisor of the world size 4" --not "step 1/"
+                 -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch10> --tp 3)
+set_tests_properties("ch10: --tp that does not divide the world exits 2 naming the flag" PROPERTIES PROCESSORS 4)
+add_test(NAME "ch10: --tp over more ranks than the model's heads divide into exits 2 naming the heads"
+         COMMAND ${EXPECT_EXIT} 2 "--tp: got '4'; allowed: a number of ranks the model can be cut over: tiny's 2 heads do not divide over 4 ranks" --not "step 1/"
+                 -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch10> --model tiny)
+set_tests_properties("ch10: --tp over more ranks than the model's heads divide into exits 2 naming the heads" PROPERTIES PROCESSORS 4)
+add_test(NAME "ch10: --sequence-parallel with tokens that do not divide over the group exits 2"
+         COMMAND ${EXPECT_EXIT} 2 "--sequence-parallel: got 'on'; allowed: off, or a group's 64 tokens a step divisible by --tp 3" --not "step 1/"
+                 -- ${MPIRUN} -np 3 $<TARGET_FILE:shardlab_ch10> --sequence-parallel --global-batch 1)
+set_tests_properties("ch10: --sequence-parallel with tokens that do not divide over the group exits 2" PROPERTIES PROCESSORS 3)
+add_test(NAME "ch10: a global batch that does not divide among the data-parallel groups exits 2 before step 1"
+         COMMAND ${EXPECT_EXIT} 2 "error: --global-batch: got '5'; allowed: a multiple of 2 data-parallel ranks" --not "step 1/" --not "MPI_ABORT"
+                 -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch10> --tp 2 --global-batch 5)
+set_tests_properties("ch10: a global batch that does not divide among the data-parallel groups exits 2 before step 1" PROPERTIES PROCESSORS 4)
+shardlab_same_loss_test(10)
+shardlab_one_step_test(10)
+shardlab_flag_fuzz_test(10)
