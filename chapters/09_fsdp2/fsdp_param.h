@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -63,13 +64,20 @@ inline Dim0Chunks dim0_chunks(const Shape& shape, int world) {
   return g;
 }
 
+// Where a parameter's initial values come from: init(index, out) writes parameter `index` as the
+// model holds it (gpt_init_param's; chapter 10's model holds a tensor-parallel slice of each).
+using ParamInit = std::function<void(int index, float* out)>;
+inline ParamInit seeded_init(const GPTConfig& cfg, uint64_t seed) {
+  return [cfg, seed](int index, float* out) { gpt_init_param(cfg, index, seed, out); };
+}
+
 class FsdpParam {
  public:
   // Parameter `index` of `model`, sharded over `world` ranks of which this is `rank`; every
   // rank starts from the same initial values (they depend on the seed only) and keeps its rows.
   // A frozen parameter (requires_grad=False) is gathered like any other, but has no gradient
   // and no optimizer state.
-  FsdpParam(Job& job, const GPT& model, int index, int rank, int world, uint64_t seed, bool requires_grad = true)
+  FsdpParam(Job& job, const GPT& model, int index, int rank, int world, const ParamInit& init, bool requires_grad = true)
       : job_(job), index_(index), name_(model.params()[static_cast<size_t>(index)].name),
         shape_(model.params()[static_cast<size_t>(index)].shape), chunks_(dim0_chunks(shape_, world)), rank_(rank),
         requires_grad_(requires_grad) {
@@ -84,7 +92,7 @@ class FsdpParam {
     }
     if (dev.computes() && local_numel() > 0) {
       std::vector<float> whole(static_cast<size_t>(chunks_.numel()));
-      gpt_init_param(model.config(), index, seed, whole.data());
+      init(index, whole.data());
       copy_to_device(dev, s, local(), whole.data() + rank * chunks_.padded_numel());
     }
   }

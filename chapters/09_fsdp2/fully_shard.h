@@ -54,10 +54,12 @@ class FullyShard {
  public:
   // Group 0 is the root: the embeddings, the final norm and so the tied head (the parameters
   // no block holds); group l the l-th block.
-  // `frozen[i]`: model parameter i does not train (requires_grad=False).
+  // `frozen[i]`: model parameter i does not train (requires_grad=False). `init`: the parameters'
+  // initial values (by default the seed's, gpt_init_param).
   FullyShard(Job& job, GPT& model, uint64_t seed, Comm& group, CommContext& ctx, Fsdp2Options options,
-             const std::vector<bool>& frozen)
+             const std::vector<bool>& frozen, ParamInit init = {})
       : dev_(job.device()), ctx_(ctx), options_(options) {
+    if (!init) init = seeded_init(model.config(), seed);
     if (options_.reshard_after_forward == 0) options_.reshard_after_forward = group.size();
     const int k = options_.reshard_after_forward;
     if (k < 1 || group.size() % k != 0)
@@ -72,10 +74,10 @@ class FullyShard {
       throw std::invalid_argument("fully_shard: parameters in " + std::string(dtype_name(options_.param_dtype)) +
                                   " need a model computing in it, not in " + std::string(dtype_name(model.compute_dtype())));
     const DType dtype = options_.param_dtype;
-    groups_.push_back(std::make_unique<FsdpParamGroup>(job, model, "root", root, seed, group, ctx, frozen, dtype));
+    groups_.push_back(std::make_unique<FsdpParamGroup>(job, model, "root", root, init, group, ctx, frozen, dtype));
     for (int l = 1; l <= L; ++l)
       groups_.push_back(std::make_unique<FsdpParamGroup>(job, model, "block" + std::to_string(l - 1),
-                                                         model.params_of_unit(l), seed, group, ctx, frozen, dtype));
+                                                         model.params_of_unit(l), init, group, ctx, frozen, dtype));
   }
 
   int groups() const { return static_cast<int>(groups_.size()); }
@@ -138,7 +140,9 @@ class FullyShard {
 
   // Every parameter and its AdamW first moment, whole, in model order (all ranks call).
   void gather(const GPT& model, std::vector<float>& params, std::vector<float>& moments) {
-    params.assign(static_cast<size_t>(gpt_num_params(model.config())), 0.0f);
+    int64_t n = 0;
+    for (const ParamInfo& p : model.params()) n += p.shape.numel();
+    params.assign(static_cast<size_t>(n), 0.0f);
     moments.assign(params.size(), 0.0f);
     for (auto& x : groups_) x->gather(params, moments);
   }

@@ -59,12 +59,12 @@ class FsdpParamGroup {
   // `frozen[i]`: model parameter i does not train.
   // `param_dtype`: what the parameters are gathered and computed in (MixedPrecisionPolicy's
   // param_dtype: f32, or bf16); the shards, the reduction and AdamW stay float32.
-  FsdpParamGroup(Job& job, GPT& model, std::string name, const std::vector<int>& params, uint64_t seed, Comm& group,
-                 CommContext& ctx, const std::vector<bool>& frozen, DType param_dtype)
+  FsdpParamGroup(Job& job, GPT& model, std::string name, const std::vector<int>& params, const ParamInit& init,
+                 Comm& group, CommContext& ctx, const std::vector<bool>& frozen, DType param_dtype)
       : job_(job), model_(model), name_(std::move(name)), group_(group), ctx_(ctx), param_dtype_(param_dtype) {
     for (int i : params) {
       const bool trains = !frozen[static_cast<size_t>(i)];
-      params_.push_back(std::make_unique<FsdpParam>(job, model, i, group.rank(), group.size(), seed, trains));
+      params_.push_back(std::make_unique<FsdpParam>(job, model, i, group.rank(), group.size(), init, trains));
       const int64_t padded = params_.back()->chunks().padded_numel();
       offsets_.push_back(slot_);
       slot_ += padded;

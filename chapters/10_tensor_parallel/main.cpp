@@ -16,11 +16,14 @@
 // single-rank training on the global batch; the trace holds the collectives the formula says
 // (four all-reduces a block a step, or their sequence-parallel halves).
 
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "02_naive_ddp/data_parallel.h"
-#include "10_tensor_parallel/tensor_parallel.h"
+#include "05_prefetch/fsdp_step.h"
+#include "10_tensor_parallel/mesh_2d.h"
 #include "run/train_flags.h"
 #include "trace/metrics.h"
 
@@ -37,18 +40,19 @@ TrainFlags train = [] {
 int64_t tp_flag = 0;
 bool sequence_parallel = false;
 
-// --tp, 0 by default: the world, or one node's GPUs when the world spans nodes.
+// --tp, 0 by default: the most ranks, up to one node's GPUs, that divide the world and that the
+// model can be cut over (gpt2-small's 12 heads: 4 of a node's 8).
 int tp_size(const RunShape& run) {
   if (tp_flag != 0) return static_cast<int>(tp_flag);
   int tp = std::min(run.world_size, run.gpus_per_node);
-  while (run.world_size % tp != 0) --tp;
+  while (run.world_size % tp != 0 || !slice_problem(GPTConfig::preset(train.model), tp).empty()) --tp;
   return tp;
 }
 
 void add_flags(Flags& f) {
   f.add_int("tp", &tp_flag, 0, 1024,
-            "ranks in each tensor-parallel group (they must divide the world and the model's heads; 0: one node's GPUs, "
-            "or the world if smaller); the world / tp groups are data-parallel");
+            "ranks in each tensor-parallel group, dividing the world and the model's heads (0: the most, up to one "
+            "node's GPUs); the world / tp groups are data-parallel");
   f.add_bool("sequence-parallel", &sequence_parallel,
              "cut the residual stream, layer norms and residual adds by tokens too: f and g become all-gather and "
              "reduce-scatter (default: false)");
@@ -76,6 +80,59 @@ class GroupBatch : public ch02::BatchShare {
       : BatchShare(job, setup, 1, ch02::DataShard{mesh.dp_group->rank(), mesh.dp}, setup.T) {}
 };
 
+// A slice's parameters on one data-parallel rank (D = 1): flat buffers, laid out with the
+// parameters whose gradients sequence parallelism leaves partial first, so that those gradients
+// are one slice of the flat gradient and one all-reduce.
+struct WholeSlice {
+  WholeSlice(Job& job, GPT& model, const ch09::ParamInit& init) : dev(job.device()) {
+    Stream& s = dev.compute_stream();
+    std::vector<int> rest;
+    for (size_t i = 0; i < model.params().size(); ++i) {
+      const bool partial = ch10::sums_over_tokens(model.params()[i]);
+      (partial ? layout : rest).push_back(static_cast<int>(i));
+      if (partial) token_partial += model.params()[i].shape.numel();
+    }
+    layout.insert(layout.end(), rest.begin(), rest.end());
+    for (const ParamInfo& p : model.params()) n += p.shape.numel();
+    for (auto [t, name] : {std::pair{&params, "params"}, {&grads, "grads"}, {&m, "adam.m"}, {&v, "adam.v"}})
+      *t = dev.empty({n}, DType::f32, s, name);
+    bind_views(model.weights(), params, model.params(), layout);
+    bind_views(model.grads(), grads, model.params(), layout);
+    ops::fill(dev, s, m, 0.0f);
+    ops::fill(dev, s, v, 0.0f);
+    if (dev.computes()) {
+      std::vector<float> natural, mine;
+      for (size_t i = 0; i < model.params().size(); ++i) {
+        std::vector<float> values(static_cast<size_t>(model.params()[i].shape.numel()));
+        init(static_cast<int>(i), values.data());
+        natural.insert(natural.end(), values.begin(), values.end());
+      }
+      const std::vector<int64_t> at = [&] {
+        std::vector<int64_t> a(model.params().size() + 1, 0);
+        for (size_t i = 0; i < model.params().size(); ++i) a[i + 1] = a[i] + model.params()[i].shape.numel();
+        return a;
+      }();
+      for (int i : layout) mine.insert(mine.end(), natural.begin() + at[i], natural.begin() + at[i + 1]);
+      copy_to_device(dev, s, params, mine.data());
+    }
+  }
+  ~WholeSlice() {
+    for (Tensor* t : {&v, &m, &grads, &params}) dev.free(*t);
+  }
+  // A buffer of this layout, on the host in the model's order.
+  std::vector<float> natural(const GPT& model, const Tensor& buffer) {
+    std::vector<float> laid_out(static_cast<size_t>(n)), out(static_cast<size_t>(n));
+    copy_to_host(dev, dev.compute_stream(), laid_out.data(), buffer);
+    place_params(model.params(), layout, laid_out.data(), out);
+    return out;
+  }
+
+  Device& dev;
+  std::vector<int> layout;
+  int64_t n = 0, token_partial = 0;
+  Tensor params, grads, m, v;
+};
+
 void lesson(Job& job) {
   Device& dev = job.device();
   Stream& compute = dev.compute_stream();
@@ -86,71 +143,61 @@ void lesson(Job& job) {
   const int tp = tp_size({job.world_size(), dev.profile().gpus_per_node});
   ch10::Mesh mesh = ch10::make_mesh(job.world(), tp);
   job.set_strategy("TP=" + std::to_string(tp) + (sequence_parallel ? " + SP" : "") +
-                   (mesh.dp > 1 ? " x DP=" + std::to_string(mesh.dp) : ""));
+                   (mesh.dp > 1 ? " x FSDP2 over " + std::to_string(mesh.dp) : ""));
 
-  // 2. The model's slice: its parameters laid out with the ones sequence parallelism leaves
-  //    partial (whole on every rank, but each rank's gradient covers its tokens only) first, so
-  //    their gradients are one slice of the flat buffer and one all-reduce.
+  // 2. The model computes its slice; Megatron's collectives are its f and g.
   ch10::MegatronTP collectives(dev, *mesh.tp_group, cfg, sequence_parallel);
   GroupBatch batch(job, setup, mesh);
   GPT model(dev, cfg, batch.rows(), setup.T, DType::f32, &collectives);
   const ModelSlice slice = collectives.slice();
-  std::vector<int> layout, rest;
-  int64_t token_partial = 0;  // elements of the gradients sequence parallelism leaves partial
-  const std::vector<ParamInfo> whole = gpt_params(cfg);
-  for (size_t i = 0; i < whole.size(); ++i) {
-    const bool partial = ch10::is_replicated(whole[i]) && whole[i].name != "wpe.weight";
-    (partial ? layout : rest).push_back(static_cast<int>(i));
-    if (partial) token_partial += whole[i].shape.numel();
-  }
-  layout.insert(layout.end(), rest.begin(), rest.end());
+  const ch09::ParamInit init = ch10::slice_init(cfg, slice, setup.seed);
   int64_t n = 0;
   for (const ParamInfo& p : model.params()) n += p.shape.numel();
-  Tensor params = dev.empty({n}, DType::f32, compute, "params"), grads = dev.empty({n}, DType::f32, compute, "grads");
-  Tensor m = dev.empty({n}, DType::f32, compute, "adam.m"), v = dev.empty({n}, DType::f32, compute, "adam.v");
-  bind_views(model.weights(), params, model.params(), layout);
-  bind_views(model.grads(), grads, model.params(), layout);
-  ops::fill(dev, compute, m, 0.0f);
-  ops::fill(dev, compute, v, 0.0f);
-  // Every rank initializes its slice from the seed: the whole parameter, then its runs.
-  if (dev.computes()) {
-    std::vector<float> mine;
-    for (int i : layout) {
-      std::vector<float> values(static_cast<size_t>(whole[static_cast<size_t>(i)].shape.numel()));
-      gpt_init_param(cfg, i, setup.seed, values.data());
-      for (const ch10::Run& r : ch10::slice_runs(cfg, slice, whole[static_cast<size_t>(i)]))
-        mine.insert(mine.end(), values.begin() + r.whole, values.begin() + r.whole + r.count);
-    }
-    copy_to_device(dev, compute, params, mine.data());
-  }
-  job.say("model " + setup.model + ": " + std::to_string(gpt_num_params(cfg)) + " parameters; this rank holds " +
+  job.say("model " + setup.model + ": " + std::to_string(gpt_num_params(cfg)) + " parameters; each rank's slice holds " +
           std::to_string(n) + " (" + std::to_string(slice.heads(cfg)) + " of " + std::to_string(cfg.heads) +
           " heads a block, vocabulary rows " + std::to_string(slice.vocab_begin(cfg)) + ".." +
-          std::to_string(slice.vocab_begin(cfg) + slice.vocab_rows(cfg)) + ")");
+          std::to_string(slice.vocab_begin(cfg) + slice.vocab_rows(cfg)) + ")" +
+          (mesh.dp > 1 ? ", sharded by FSDP2 over " + std::to_string(mesh.dp) + " data-parallel ranks" : ""));
   if (dev.computes()) job.say("loss floor (the data's entropy rate): " + std::to_string(batch.chain().entropy_rate()) + " nats\n");
 
-  // 3. The steps: forward and backward through the slices (the collectives inside, on the
-  //    compute stream), the partial gradients summed, the groups' gradients averaged, AdamW.
+  // 3. The parameters: the slice whole on this rank (one data-parallel rank), or the slice
+  //    sharded over the data-parallel group by chapter 09's fully_shard.
+  std::optional<WholeSlice> whole;
+  std::optional<ch09::CommContext> ctx;
+  std::optional<ch09::FullyShard> fsdp;
+  std::optional<ch10::FsdpOverSlices> hooks;
+  if (mesh.dp == 1) {
+    whole.emplace(job, model, init);
+  } else {
+    ctx.emplace(dev.create_stream("all_gather_copy_in"), dev.create_stream("all_gather"), dev.create_stream("reduce_scatter"));
+    fsdp.emplace(job, model, setup.seed, *mesh.dp_group, *ctx, ch09::Fsdp2Options{}, std::vector<bool>(model.params().size()), init);
+    hooks.emplace(dev, *fsdp, model, *mesh.tp_group, sequence_parallel);
+  }
+
+  // 4. The steps: forward and backward through the slices (their collectives inside, on the
+  //    compute stream); with one data-parallel rank, the partial gradients summed and AdamW;
+  //    with more, FSDP2's step around the same model.
   for (int64_t step = 0; step < job.steps(); ++step) {
     Job::Step s(job, step);
-    ops::fill(dev, compute, grads, 0.0f);
     batch.load(model, step, 0);
-    for (int u = 0; u < model.units(); ++u) model.forward(u, compute);
-    for (int u = model.units() - 1; u >= 0; --u) model.backward(u, compute);
-    if (sequence_parallel && tp > 1) {
-      HostScope scope(dev, "all-reduce sequence-parallel gradients");
-      mesh.tp_group->all_reduce(grads.view(0, {token_partial}), ReduceOp::sum, compute);
+    if (whole) {
+      ops::fill(dev, compute, whole->grads, 0.0f);
+      for (int u = 0; u < model.units(); ++u) model.forward(u, compute);
+      for (int u = model.units() - 1; u >= 0; --u) model.backward(u, compute);
+      if (sequence_parallel && tp > 1) {
+        HostScope scope(dev, "all-reduce sequence-parallel gradients");
+        mesh.tp_group->all_reduce(whole->grads.view(0, {whole->token_partial}), ReduceOp::sum, compute);
+      }
+      ops::adamw(dev, compute, whole->params, whole->grads, whole->m, whole->v, step + 1, setup.adamw);
+    } else {
+      ch05::forward_backward(dev, *hooks, model);
+      fsdp->optimizer_step(step, setup.adamw);
     }
-    if (mesh.dp > 1) {
-      HostScope scope(dev, "all-reduce gradients (data parallel)");
-      mesh.dp_group->all_reduce(grads, ReduceOp::avg, compute);
-    }
-    ops::adamw(dev, compute, params, grads, m, v, step + 1, setup.adamw);
     s.set_loss(model.mean_loss(compute));
     s.set_tokens(batch.tokens_per_step());
   }
 
-  // 4. The last step's figures.
+  // 5. The last step's figures.
   const RankTimeline& tl = dev.trace().timeline();
   const StepWindow& last = tl.steps.back();
   job.figure("step_ms", (last.end_us - last.start_us) / 1000.0, "ms", "the last step");
@@ -158,15 +205,17 @@ void lesson(Job& job) {
   job.figure("exposed_comm_ms", metrics.exposed_comm_us / 1000.0, "ms", "communication with no compute under it");
   job.figure("peak_allocated_MiB", MiB(static_cast<double>(dev.allocator().peak_allocated())), "MiB", "measured, rank 0");
 
-  // 5. The collectives of the tensor-parallel group in the last step, against the formula:
+  // 6. The collectives of the tensor-parallel group in the last step, against the formula:
   //    per block, f and g forward and backward; the embedding's g; the head's f; the loss's two.
   int all_reduces = 0, all_gathers = 0, reduce_scatters = 0;
   for (const CollectiveMetrics& c : collective_metrics(tl))
     if (c.step == job.steps() && c.group == mesh.tp_group->name())
       all_reduces += c.name == "allreduce", all_gathers += c.name == "allgather", reduce_scatters += c.name == "reduce_scatter";
   const int L = static_cast<int>(cfg.layers);
+  int partial_grads = 0;  // all-reduces of the gradients sequence parallelism leaves partial
+  for (const ParamInfo& p : model.params()) partial_grads += ch10::sums_over_tokens(p);
   const bool alone = tp == 1;
-  const int want_ar = alone ? 0 : sequence_parallel ? 3 : 4 * L + 4;
+  const int want_ar = alone ? 0 : sequence_parallel ? 2 + (whole ? 1 : partial_grads) : 4 * L + 4;
   const int want_ag = alone || !sequence_parallel ? 0 : 6 * L + 3;
   const int want_rs = alone || !sequence_parallel ? 0 : 4 * L + 2;
   job.figure("tp_allreduces_per_step", all_reduces, "", "from the trace");
@@ -179,33 +228,18 @@ void lesson(Job& job) {
                            std::to_string(all_reduces) + ", " + std::to_string(all_gathers) + " and " +
                            std::to_string(reduce_scatters));
 
-  // 6. The proof: the slices put together equal single-rank training on the global batch. Each
-  //    rank places its runs in a whole-model buffer of zeros (a replicated parameter: the
-  //    group's first rank only) and the group sums them.
+  // 7. The proof: the slices put together equal single-rank training on the global batch.
   if (dev.computes() && setup.check_reference) {
-    const auto put_together = [&](const Tensor& buffer) {
-      std::vector<float> local(static_cast<size_t>(n)), natural(static_cast<size_t>(gpt_num_params(cfg)), 0.0f);
-      copy_to_host(dev, compute, local.data(), buffer);
-      std::vector<int64_t> start(whole.size() + 1, 0);
-      for (size_t i = 0; i < whole.size(); ++i) start[i + 1] = start[i] + whole[i].shape.numel();
-      size_t at = 0;
-      for (int i : layout)
-        for (const ch10::Run& r : ch10::slice_runs(cfg, slice, whole[static_cast<size_t>(i)])) {
-          if (slice.rank == 0 || !ch10::is_replicated(whole[static_cast<size_t>(i)]))
-            std::copy_n(local.begin() + static_cast<int64_t>(at), r.count, natural.begin() + start[static_cast<size_t>(i)] + r.whole);
-          at += static_cast<size_t>(r.count);
-        }
-      Tensor sum = dev.empty({static_cast<int64_t>(natural.size())}, DType::f32, compute, "check.whole_model");
-      copy_to_device(dev, compute, sum, natural.data());
-      mesh.tp_group->all_reduce(sum, ReduceOp::sum, compute);
-      copy_to_host(dev, compute, natural.data(), sum);
-      dev.free(sum);
-      return natural;
-    };
-    const std::vector<float> whole_params = put_together(params), whole_moments = put_together(m);
-    ch02::check_against_reference(job, setup, whole_params, whole_moments);
+    std::vector<float> params, moments;
+    if (whole) {
+      params = whole->natural(model, whole->params);
+      moments = whole->natural(model, whole->m);
+    } else {
+      fsdp->gather(model, params, moments);
+    }
+    ch02::check_against_reference(job, setup, ch10::whole_model(dev, *mesh.tp_group, cfg, slice, params),
+                                  ch10::whole_model(dev, *mesh.tp_group, cfg, slice, moments));
   }
-  for (Tensor* t : {&v, &m, &grads, &params}) dev.free(*t);
 }
 
 }  // namespace

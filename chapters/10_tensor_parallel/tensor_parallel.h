@@ -35,12 +35,14 @@
 // logit.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "09_fsdp2/fsdp_param.h"
 #include "model/model.h"
 #include "model/ops.h"
 #include "run/job.h"
@@ -48,32 +50,6 @@
 namespace ch10 {
 
 using namespace shardlab;
-
-// The 2-D mesh: W = D x T ranks, numbered node by node; a tensor-parallel group is T
-// consecutive ranks (one node's, on NVLink: its collectives are on every block's critical
-// path), a data-parallel group the ranks with the same place in their tensor-parallel group.
-//
-//             tensor-parallel group (NVLink)
-//             tp 0     tp 1     tp 2     tp 3
-//   dp 0      rank 0   rank 1   rank 2   rank 3      D = 2 copies of the model,
-//   dp 1      rank 4   rank 5   rank 6   rank 7      each cut T = 4 ways
-//               |        |
-//             data-parallel groups (the network, once T fills a node)
-struct Mesh {
-  int dp = 1, tp = 1;
-  std::unique_ptr<Comm> tp_group, dp_group;
-};
-
-// Both groups are world.split()s, so every rank calls this, in the same order. Their colors
-// differ (0 .. D-1 for the tensor-parallel groups, D .. D+T-1 for the data-parallel ones) so that
-// every group's name in the trace ("world.split(c)") is its own.
-inline Mesh make_mesh(Comm& world, int tp) {
-  const int r = world.rank(), dp = world.size() / tp;
-  Mesh mesh{dp, tp, nullptr, nullptr};
-  mesh.tp_group = world.split(/*color=*/r / tp, /*key=*/r % tp);
-  mesh.dp_group = world.split(/*color=*/dp + r % tp, /*key=*/r / tp);
-  return mesh;
-}
 
 class MegatronTP : public TensorParallel {
  public:
@@ -200,6 +176,13 @@ inline bool is_replicated(const ParamInfo& p) {
   return true;
 }
 
+// Whether, under sequence parallelism, each rank's gradient of a parameter covers its own tokens
+// only: the replicated parameters that act on the residual stream's rows (the layer norms, the
+// row-parallel biases); the group sums them after backward (Megatron's
+// _allreduce_layernorm_grads). The position table's gradient comes from g's all-gathered
+// gradient, whole on every rank.
+inline bool sums_over_tokens(const ParamInfo& p) { return is_replicated(p) && p.name != "wpe.weight"; }
+
 inline std::vector<Run> slice_runs(const GPTConfig& cfg, ModelSlice slice, const ParamInfo& whole) {
   const int64_t C = cfg.channels, hs = C / cfg.heads, Ca = slice.heads(cfg) * hs, H = slice.hidden(cfg);
   const int64_t head0 = slice.rank * Ca, hidden0 = slice.rank * H;
@@ -220,6 +203,43 @@ inline std::vector<Run> slice_runs(const GPTConfig& cfg, ModelSlice slice, const
     runs.push_back({0, whole.shape.numel()});  // replicated
   }
   return runs;
+}
+
+// The initial values of a slice: every parameter whole from the seed (as one rank would
+// start), then this rank's runs of it.
+inline ch09::ParamInit slice_init(const GPTConfig& cfg, ModelSlice slice, uint64_t seed) {
+  return [cfg, slice, seed](int index, float* out) {
+    const ParamInfo whole = gpt_params(cfg)[static_cast<size_t>(index)];
+    std::vector<float> values(static_cast<size_t>(whole.shape.numel()));
+    gpt_init_param(cfg, index, seed, values.data());
+    for (const Run& r : slice_runs(cfg, slice, whole)) out = std::copy_n(values.begin() + r.whole, r.count, out);
+  };
+}
+
+// The whole model from every rank's slice (`mine`: this rank's parameters back to back in the
+// model's order, as gpt_params(cfg, slice) lists them): each rank places its runs in a buffer
+// of zeros the size of the whole model (a replicated parameter: the group's first rank only)
+// and the group sums the buffers. All ranks of the group call; every one gets the whole.
+inline std::vector<float> whole_model(Device& dev, Comm& group, const GPTConfig& cfg, ModelSlice slice,
+                                      const std::vector<float>& mine) {
+  const std::vector<ParamInfo> whole = gpt_params(cfg);
+  std::vector<float> natural(static_cast<size_t>(gpt_num_params(cfg)), 0.0f);
+  auto from = mine.begin();
+  int64_t start = 0;
+  for (const ParamInfo& p : whole) {
+    for (const Run& r : slice_runs(cfg, slice, p)) {
+      if (slice.rank == 0 || !is_replicated(p)) std::copy_n(from, r.count, natural.begin() + start + r.whole);
+      from += r.count;
+    }
+    start += p.shape.numel();
+  }
+  Stream& s = dev.compute_stream();
+  Tensor sum = dev.empty({static_cast<int64_t>(natural.size())}, DType::f32, s, "check.whole_model");
+  copy_to_device(dev, s, sum, natural.data());
+  group.all_reduce(sum, ReduceOp::sum, s);
+  copy_to_host(dev, s, natural.data(), sum);
+  dev.free(sum);
+  return natural;
 }
 
 }  // namespace ch10

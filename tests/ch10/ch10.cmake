@@ -19,7 +19,7 @@ add_test(NAME "ch10: --tp that does not divide the world exits 2 naming the flag
 set_tests_properties("ch10: --tp that does not divide the world exits 2 naming the flag" PROPERTIES PROCESSORS 4)
 add_test(NAME "ch10: --tp over more ranks than the model's heads divide into exits 2 naming the heads"
          COMMAND ${EXPECT_EXIT} 2 "--tp: got '4'; allowed: a number of ranks the model can be cut over: tiny's 2 heads do not divide over 4 ranks" --not "step 1/"
-                 -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch10> --model tiny)
+                 -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch10> --model tiny --tp 4)
 set_tests_properties("ch10: --tp over more ranks than the model's heads divide into exits 2 naming the heads" PROPERTIES PROCESSORS 4)
 add_test(NAME "ch10: --sequence-parallel with tokens that do not divide over the group exits 2"
          COMMAND ${EXPECT_EXIT} 2 "--sequence-parallel: got 'on'; allowed: off, or a group's 64 tokens a step divisible by --tp 3" --not "step 1/"
