@@ -23,6 +23,7 @@
 
 #include "02_naive_ddp/data_parallel.h"
 #include "05_prefetch/fsdp_step.h"
+#include "10_tensor_parallel/memory.h"
 #include "10_tensor_parallel/mesh_2d.h"
 #include "run/train_flags.h"
 #include "trace/metrics.h"
@@ -174,6 +175,8 @@ void lesson(Job& job) {
     hooks.emplace(dev, *fsdp, model, *mesh.tp_group, sequence_parallel);
   }
 
+  int64_t saved = 0;  // bytes the last forward kept for backward (one data-parallel rank)
+
   // 4. The steps: forward and backward through the slices (their collectives inside, on the
   //    compute stream); with one data-parallel rank, the partial gradients summed and AdamW;
   //    with more, FSDP2's step around the same model.
@@ -182,7 +185,9 @@ void lesson(Job& job) {
     batch.load(model, step, 0);
     if (whole) {
       ops::fill(dev, compute, whole->grads, 0.0f);
+      const size_t before_forward = dev.allocator().allocated();
       for (int u = 0; u < model.units(); ++u) model.forward(u, compute);
+      saved = static_cast<int64_t>(dev.allocator().allocated() - before_forward);
       for (int u = model.units() - 1; u >= 0; --u) model.backward(u, compute);
       if (sequence_parallel && tp > 1) {
         HostScope scope(dev, "all-reduce sequence-parallel gradients");
@@ -205,12 +210,32 @@ void lesson(Job& job) {
   job.figure("exposed_comm_ms", metrics.exposed_comm_us / 1000.0, "ms", "communication with no compute under it");
   job.figure("peak_allocated_MiB", MiB(static_cast<double>(dev.allocator().peak_allocated())), "MiB", "measured, rank 0");
 
+  // What forward kept for backward, against memory.h's count (where no FSDP buffer mixes in).
+  const ch10::Activations formula = ch10::saved_activations(cfg, batch.rows(), setup.T, slice, sequence_parallel);
+  job.figure("block_activations_MiB", MiB(static_cast<double>(formula.per_block)), "MiB",
+             "one block's saved activations, memory.h's count");
+  if (whole) {
+    job.figure("saved_activations_MiB", MiB(static_cast<double>(saved)), "MiB", "what the last forward kept for backward, measured");
+    if (saved != formula.total)
+      throw std::logic_error("forward kept " + std::to_string(saved) + " bytes for backward; memory.h counts " +
+                             std::to_string(formula.total));
+  }
+
   // 6. The collectives of the tensor-parallel group in the last step, against the formula:
   //    per block, f and g forward and backward; the embedding's g; the head's f; the loss's two.
   int all_reduces = 0, all_gathers = 0, reduce_scatters = 0;
-  for (const CollectiveMetrics& c : collective_metrics(tl))
-    if (c.step == job.steps() && c.group == mesh.tp_group->name())
-      all_reduces += c.name == "allreduce", all_gathers += c.name == "allgather", reduce_scatters += c.name == "reduce_scatter";
+  double tp_us = 0, dp_us = 0;
+  for (const CollectiveMetrics& c : collective_metrics(tl)) {
+    if (c.step != job.steps()) continue;
+    if (c.group == mesh.dp_group->name()) dp_us += c.time_us;
+    if (c.group != mesh.tp_group->name()) continue;
+    tp_us += c.time_us;
+    all_reduces += c.name == "allreduce", all_gathers += c.name == "allgather", reduce_scatters += c.name == "reduce_scatter";
+  }
+  job.figure("tp_comm_ms", tp_us / 1000.0, "ms", "the tensor-parallel group's collectives, summed");
+  job.figure("dp_comm_ms", dp_us / 1000.0, "ms", "the data-parallel group's (FSDP2's), summed");
+  job.figure("network_MB", static_cast<double>(metrics.network_bytes) / 1e6, "MB", "this rank's bytes on the network");
+  job.figure("intra_node_MB", static_cast<double>(metrics.intra_node_bytes) / 1e6, "MB", "on NVLink (or PCIe)");
   const int L = static_cast<int>(cfg.layers);
   int partial_grads = 0;  // all-reduces of the gradients sequence parallelism leaves partial
   for (const ParamInfo& p : model.params()) partial_grads += ch10::sums_over_tokens(p);
