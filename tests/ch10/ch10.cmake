@@ -2,6 +2,8 @@
 # The chapter checks itself against single-rank training and counts its group's collectives
 # against the formula. By default the world is one tensor-parallel group (worlds 1-4 below).
 shardlab_chapter_tests(ch10 shardlab_ch10)
+shardlab_reference_trace_test(ch10 shardlab_ch10 10_tensor_parallel 4 --model gpt2-small --global-batch 4 --seq-len 1024 --compute skip --steps 2)
+shardlab_reference_trace_test(ch10_sp shardlab_ch10 10_sequence_parallel 4 --model gpt2-small --global-batch 4 --seq-len 1024 --compute skip --steps 2 --sequence-parallel)
 foreach(np 2 3 4)
   set(test "ch10: --sequence-parallel at world ${np} equals single-rank training, f and g as all-gathers and reduce-scatters")
   add_test(NAME "${test}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch10> --sequence-parallel --trace-dir ${RUNS} --run-name ch10_sp_np${np})
