@@ -87,7 +87,7 @@ class BatchShare {
     // rank 0, and handed to every rank, instead of once per rank on the same cores.
     if (job.device().computes()) {
       const int vocab = static_cast<int>(GPTConfig::preset(setup.model).vocab);
-      if (setup.model != "tiny")  // seconds of silence otherwise: the chain, then the parameters
+      if (setup.model.starts_with("gpt"))  // seconds of silence otherwise: the chain, then the parameters
         job.say("preparing the data (a " + std::to_string(vocab) + "-state Markov chain) and the " + setup.model +
                 " parameters on the CPU...");
       std::vector<double> pi = job.solved_once([&] { return MarkovChain(vocab, setup.fanout, setup.seed).stationary(); });
@@ -303,7 +303,7 @@ inline MomentScale worst_moment_scale(const GPTConfig& cfg, const std::vector<fl
 
 inline void check_against_reference(Job& job, const TrainSetup& setup, const std::vector<float>& params,
                                     const std::vector<float>& moments) {
-  const bool long_run = setup.model != "tiny";
+  const bool long_run = setup.model.starts_with("gpt");  // not tiny or tiny-12h
   job.say("checking against single-rank training on the global batch (on the CPU, twice, " +
           std::to_string(setup.steps) + " step(s) each" + (long_run ? ": minutes for this model" : "") + ")...");
   const auto start = std::chrono::steady_clock::now();

@@ -23,7 +23,8 @@
 // embeddings' output (R C), the final norm (R C + 2 R), this rank's columns of the logits
 // (N x its vocabulary rows), the losses (N) and the loss's statistics (3 N, until backward).
 // Every tensor is rounded as the caching allocator rounds it, so the sum is what the allocator
-// counts, to the byte.
+// counts, to the byte, unless it hands a large request a cached block up to 1 MiB larger,
+// which it does not split (PyTorch's rule): then it counts that block, a little more.
 #pragma once
 
 #include <cstdint>
@@ -38,18 +39,28 @@ using namespace shardlab;
 struct Activations {
   int64_t per_block = 0;  // one block's saved tensors
   int64_t total = 0;      // the whole forward's: blocks, embeddings, head, loss
+  int64_t large = 0;      // how many of them the allocator serves from its large pool
+  // The most the allocator may count beyond `total`: 1 MiB unsplit a large tensor.
+  int64_t slack() const { return large * static_cast<int64_t>(CachingAllocator::kSmallRequest); }
 };
 
 inline Activations saved_activations(const GPTConfig& cfg, int64_t B, int64_t T, ModelSlice slice, bool sequence_parallel) {
-  const auto f32 = [](int64_t elements) { return static_cast<int64_t>(CachingAllocator::round_size(static_cast<size_t>(elements) * 4)); };
+  Activations a;
+  int64_t large_in_block = 0;
+  const auto f32 = [&](int64_t elements) {
+    const auto bytes = static_cast<int64_t>(CachingAllocator::round_size(static_cast<size_t>(elements) * 4));
+    large_in_block += bytes > static_cast<int64_t>(CachingAllocator::kSmallRequest);
+    return bytes;
+  };
   const int64_t N = B * T, C = cfg.channels, t = slice.size, R = sequence_parallel ? N / t : N;
   const int64_t Ca = C / t, H = 4 * C / t, heads = cfg.heads / t;
-  Activations a;
   a.per_block = 4 * f32(R * C) + 4 * f32(R)                                   // ln_1, x2, ln_2, out; statistics
                 + f32(N * 3 * Ca) + 3 * f32(N * Ca) + 2 * f32(N * Ca)          // qkv; q, k, v; out, merged
                 + 2 * f32(N * H) + f32(N * heads);                             // fc, gelu; lse
+  const int64_t block_large = large_in_block;
   a.total = f32(R * C) /* embeddings */ + cfg.layers * a.per_block + f32(R * C) + 2 * f32(R) /* ln_f */ +
             f32(N * slice.vocab_rows(cfg)) /* logits */ + f32(N) /* losses */ + f32(N) + f32(2 * N) /* loss statistics */;
+  a.large = large_in_block + (cfg.layers - 1) * block_large;  // one block counted so far, not L
   return a;
 }
 

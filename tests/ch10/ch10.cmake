@@ -34,3 +34,4 @@ set_tests_properties("ch10: a global batch that does not divide among the data-p
 shardlab_same_loss_test(10)
 shardlab_one_step_test(10)
 shardlab_flag_fuzz_test(10)
+shardlab_readme_test(ch10 shardlab_ch10 10_tensor_parallel)
