@@ -412,6 +412,53 @@ TEST_CASE("cuda: cross-entropy forward and backward", "[cuda]") {
   }
 }
 
+// Chapter 10's pieces: a slice of the vocabulary (rows [begin, begin + V) of 3 V), whose ids
+// outside add nothing; its cross-entropy statistics and gradient, with statistics given as the
+// reductions over the other slices would leave them; a bias on its own.
+TEST_CASE("cuda: a slice of the vocabulary (embedding, cross-entropy pieces) and a bias on its own", "[cuda]") {
+  Fixture f;
+  const int64_t B = 3, T = 37, N = B * T, C = 71, V = 1001, begin = 1001;
+  std::printf("vocabulary slice, N %lld C %lld V %lld of %lld\n", static_cast<long long>(N), static_cast<long long>(C),
+              static_cast<long long>(V), static_cast<long long>(3 * V));
+  Tensor tokens = f.ids({B, T}, static_cast<int32_t>(3 * V));
+  Tensor wte = f.random({V, C}), wpe = f.random({T, C}), out = f.random({B, T, C}), dout = f.random({B, T, C});
+  Tensor dwte = f.random({V, C});
+  Gpu gtok(tokens), gwte(wte), gwpe(wpe), gout(out), gdout(dout), gdwte(dwte);
+  ops::embedding_forward(f.dev, f.s(), out, tokens, wte, Tensor{}, Tensor{}, begin);
+  ops::embedding_backward(f.dev, f.s(), dwte, Tensor{}, dout, tokens, Tensor{}, begin);
+  cuda::embedding_forward(gout.f(), gtok.i(), nullptr, gwte.f(), nullptr, B, T, C, V, T, begin, f.stream());
+  cuda::embedding_backward(gdwte.f(), nullptr, gdout.f(), gtok.i(), nullptr, B, T, C, V, T, begin, f.stream());
+
+  Tensor logits = f.random({B, T, V}, 8.0f), row_max = f.random({N}), sum_exp = f.random({N});
+  Tensor target = f.random({N}), losses = f.random({N}), dlogits = f.random({B, T, V});
+  Gpu glogits(logits), gmax(row_max), gsum(sum_exp), gtarget(target), glosses(losses), gdlogits(dlogits);
+  ops::crossentropy_row_max(f.dev, f.s(), row_max, logits);
+  ops::crossentropy_row_sums(f.dev, f.s(), sum_exp, target, logits, row_max, tokens, begin);
+  ops::crossentropy_losses(f.dev, f.s(), losses, row_max, sum_exp, target);
+  ops::crossentropy_backward_slice(f.dev, f.s(), dlogits, logits, tokens, 0.25f, row_max, sum_exp, begin);
+  cuda::crossentropy_row_max(gmax.f(), glogits.f(), N, V, f.stream());
+  cuda::crossentropy_row_sums(gsum.f(), gtarget.f(), glogits.f(), gmax.f(), gtok.i(), N, V, begin, f.stream());
+  cuda::crossentropy_losses(glosses.f(), gmax.f(), gsum.f(), gtarget.f(), N, f.stream());
+  cuda::crossentropy_backward_slice(gdlogits.f(), glogits.f(), gmax.f(), gsum.f(), gtok.i(), N, V, begin, 0.25f, f.stream());
+
+  Tensor y = f.random({N, C}), bias = f.random({C}), dbias = f.random({C});
+  Gpu gy(y), gbias(bias), gdbias(dbias);
+  ops::bias_forward(f.dev, f.s(), y, bias);
+  ops::bias_backward(f.dev, f.s(), dbias, dout.view(0, {N, C}));
+  cuda::add_bias(gy.f(), gbias.f(), N, C, f.stream());
+  cuda::matmul_backward_weight(nullptr, gdbias.f(), gdout.f(), nullptr, N, 0, C, f.stream());
+  f.finish();
+  expect_close("embedding_forward (a slice)", gout, out, kElementwise);
+  expect_close("embedding_backward dwte (a slice)", gdwte, dwte, kElementwise);
+  expect_close("crossentropy_row_max", gmax, row_max, kElementwise);
+  expect_close("crossentropy_row_sums sum_exp", gsum, sum_exp, kReduction);
+  expect_close("crossentropy_row_sums target_logit", gtarget, target, kElementwise);
+  expect_close("crossentropy_losses", glosses, losses, kReduction);
+  expect_close("crossentropy_backward_slice", gdlogits, dlogits, kReduction);
+  expect_close("bias_forward", gy, y, kElementwise);
+  expect_close("bias_backward", gdbias, dbias, kReduction);
+}
+
 TEST_CASE("cuda: AdamW", "[cuda]") {
   Fixture f;
   const int64_t n = 10'007;
