@@ -3,7 +3,8 @@
 //   cmake --preset default && cmake --build --preset default
 //   mpirun -np 4 build/chapters/shardlab_ch10                              # tiny-12h, 4-way TP: trains, checks itself
 //   mpirun -np 4 build/chapters/shardlab_ch10 --sequence-parallel          # the residual stream cut by tokens too
-//   mpirun -np 4 build/chapters/shardlab_ch10 --tp 2                       # 2-way TP x 2-way data parallel
+//   mpirun -np 4 build/chapters/shardlab_ch10 --sequence-parallel --async-tp  # all-gathers overlapped with the matmuls
+//   mpirun -np 4 build/chapters/shardlab_ch10 --tp 2                       # 2-way TP x FSDP2 over 2
 //   mpirun -np 8 build/chapters/shardlab_ch10 --model gpt2-small --global-batch 8 --seq-len 1024 --compute skip
 //
 // Every rank of a tensor-parallel group holds its slice of every block (its heads, its share of
@@ -40,6 +41,7 @@ TrainFlags train = [] {
 }();
 int64_t tp_flag = 0;
 bool sequence_parallel = false;
+bool async_tp = false;
 
 // --tp, 0 by default: the most ranks, up to one node's GPUs, that divide the world and that the
 // model can be cut over (gpt2-small's 12 heads: 4 of a node's 8).
@@ -57,6 +59,12 @@ void add_flags(Flags& f) {
   f.add_bool("sequence-parallel", &sequence_parallel,
              "cut the residual stream, layer norms and residual adds by tokens too: f and g become all-gather and "
              "reduce-scatter (default: false)");
+  f.add_bool("async-tp", &async_tp,
+             "overlap each f's all-gather with its matmul in pieces, passing the rows around a ring on a stream of "
+             "their own (needs --sequence-parallel; default: false)");
+  f.add_check([](const RunShape&) {
+    require(!async_tp || sequence_parallel, "--async-tp", "on", "off, or on with --sequence-parallel");
+  });
   f.add_check([](const RunShape& run) {
     const int tp = tp_size(run);
     require(run.world_size % tp == 0, "--tp", tp, "a divisor of the world size " + std::to_string(run.world_size));
@@ -143,11 +151,13 @@ void lesson(Job& job) {
   // 1. The mesh: tensor-parallel groups of consecutive ranks, data-parallel groups across them.
   const int tp = tp_size({job.world_size(), dev.profile().gpus_per_node});
   ch10::Mesh mesh = ch10::make_mesh(job.world(), tp);
-  job.set_strategy("TP=" + std::to_string(tp) + (sequence_parallel ? " + SP" : "") +
+  job.set_strategy("TP=" + std::to_string(tp) + (sequence_parallel ? " + SP" : "") + (async_tp ? " (async)" : "") +
                    (mesh.dp > 1 ? " x FSDP2 over " + std::to_string(mesh.dp) : ""));
 
   // 2. The model computes its slice; Megatron's collectives are its f and g.
-  ch10::MegatronTP collectives(dev, *mesh.tp_group, cfg, sequence_parallel);
+  // Async tensor parallelism's exchanges get a stream of their own, to run under the matmuls.
+  Stream* ring = async_tp ? &dev.create_stream("async_tp") : nullptr;
+  ch10::MegatronTP collectives(dev, *mesh.tp_group, cfg, sequence_parallel, ring);
   GroupBatch batch(job, setup, mesh);
   GPT model(dev, cfg, batch.rows(), setup.T, DType::f32, &collectives);
   const ModelSlice slice = collectives.slice();
@@ -224,7 +234,7 @@ void lesson(Job& job) {
 
   // 6. The collectives of the tensor-parallel group in the last step, against the formula:
   //    per block, f and g forward and backward; the embedding's g; the head's f; the loss's two.
-  int all_reduces = 0, all_gathers = 0, reduce_scatters = 0;
+  int all_reduces = 0, all_gathers = 0, reduce_scatters = 0, exchanges = 0;
   double tp_us = 0, dp_us = 0;
   for (const CollectiveMetrics& c : collective_metrics(tl)) {
     if (c.step != job.steps()) continue;
@@ -232,6 +242,7 @@ void lesson(Job& job) {
     if (c.group != mesh.tp_group->name()) continue;
     tp_us += c.time_us;
     all_reduces += c.name == "allreduce", all_gathers += c.name == "allgather", reduce_scatters += c.name == "reduce_scatter";
+    exchanges += c.name == "sendrecv";
   }
   job.figure("tp_comm_ms", tp_us / 1000.0, "ms", "the tensor-parallel group's collectives, summed");
   job.figure("dp_comm_ms", dp_us / 1000.0, "ms", "the data-parallel group's (FSDP2's), summed");
@@ -242,17 +253,21 @@ void lesson(Job& job) {
   for (const ParamInfo& p : model.params()) partial_grads += ch10::sums_over_tokens(p);
   const bool alone = tp == 1;
   const int want_ar = alone ? 0 : sequence_parallel ? 2 + (whole ? 1 : partial_grads) : 4 * L + 4;
-  const int want_ag = alone || !sequence_parallel ? 0 : 6 * L + 3;
+  // Async TP: forward's 2L + 1 all-gathers (two f's a block, the head's) become T - 1 exchanges each.
+  const int fused = alone || !async_tp ? 0 : 2 * L + 1;
+  const int want_ag = alone || !sequence_parallel ? 0 : 6 * L + 3 - fused;
   const int want_rs = alone || !sequence_parallel ? 0 : 4 * L + 2;
+  const int want_sr = fused * (tp - 1);
   job.figure("tp_allreduces_per_step", all_reduces, "", "from the trace");
   job.figure("tp_allgathers_per_step", all_gathers, "", "from the trace");
   job.figure("tp_reduce_scatters_per_step", reduce_scatters, "", "from the trace");
-  if (all_reduces != want_ar || all_gathers != want_ag || reduce_scatters != want_rs)
+  if (async_tp) job.figure("tp_exchanges_per_step", exchanges, "", "async TP's sendrecvs, from the trace");
+  if (all_reduces != want_ar || all_gathers != want_ag || reduce_scatters != want_rs || exchanges != want_sr)
     throw std::logic_error("expected " + std::to_string(want_ar) + " all-reduces, " + std::to_string(want_ag) +
-                           " all-gathers and " + std::to_string(want_rs) +
-                           " reduce-scatters in the tensor-parallel group a step; the trace shows " +
-                           std::to_string(all_reduces) + ", " + std::to_string(all_gathers) + " and " +
-                           std::to_string(reduce_scatters));
+                           " all-gathers, " + std::to_string(want_rs) + " reduce-scatters and " + std::to_string(want_sr) +
+                           " exchanges in the tensor-parallel group a step; the trace shows " + std::to_string(all_reduces) +
+                           ", " + std::to_string(all_gathers) + ", " + std::to_string(reduce_scatters) + " and " +
+                           std::to_string(exchanges));
 
   // 7. The proof: the slices put together equal single-rank training on the global batch.
   if (dev.computes() && setup.check_reference) {

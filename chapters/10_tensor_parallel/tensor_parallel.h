@@ -53,8 +53,13 @@ using namespace shardlab;
 
 class MegatronTP : public TensorParallel {
  public:
-  MegatronTP(Device& dev, Comm& group, const GPTConfig& cfg, bool sequence_parallel)
-      : dev_(dev), group_(group), cfg_(cfg), sequence_parallel_(sequence_parallel) {}
+  // `ring`: a stream for async tensor parallelism's exchanges (sequence parallelism only);
+  // nullptr: every f all-gathers before its matmul.
+  MegatronTP(Device& dev, Comm& group, const GPTConfig& cfg, bool sequence_parallel, Stream* ring = nullptr)
+      : dev_(dev), group_(group), cfg_(cfg), sequence_parallel_(sequence_parallel), ring_(ring) {
+    if (ring_ != nullptr && !sequence_parallel_)
+      throw std::invalid_argument("async tensor parallelism overlaps sequence parallelism's all-gathers: it needs them");
+  }
   ~MegatronTP() override { free_loss_stats(); }
 
   ModelSlice slice() const override { return {group_.rank(), group_.size()}; }
@@ -74,6 +79,37 @@ class MegatronTP : public TensorParallel {
     }
     return scattered(s, dinput, "f backward: reduce-scatter");
   }
+  // Async tensor parallelism (torchtitan's fused all-gather matmul, Megatron's TP comm overlap;
+  // Wang et al. 2023 decompose it the same way): f's all-gather and the matmul after it, in T
+  // pieces. The matmul's rows are independent, so the rows of the output that come from rank
+  // j's tokens need only rank j's rows of the input. Each rank starts on its own rows while
+  // passing them to the next rank of a ring; at step k it multiplies the rows that arrived from
+  // k ranks back while the ring passes them on. T - 1 exchanges of one rank's rows each, the
+  // all-gather's bytes, run on a stream of their own under the matmuls; only the first piece
+  // waits for nothing and the last exchange's wait is exposed.
+  bool fused_column_forward(Stream& s, const Tensor& out, const Tensor& x, const Tensor& weight,
+                            const Tensor& bias) override {
+    if (ring_ == nullptr || alone()) return false;
+    const int T = group_.size(), r = group_.rank();
+    const int64_t rows = x.shape[0], OC = weight.shape[0];
+    Tensor held[2] = {dev_.empty(x.shape, x.dtype, s, "async_tp.chunk"), dev_.empty(x.shape, x.dtype, s, "async_tp.chunk")};
+    Tensor chunk = x;
+    for (int k = 0; k < T; ++k) {
+      const int source = (r - k + T) % T;  // whose rows `chunk` holds
+      Tensor next = held[k % 2];
+      if (k + 1 < T) {
+        // The exchange reads `chunk` and overwrites `next`, which the matmul two pieces back read.
+        dev_.wait(*ring_, dev_.record(s));
+        group_.sendrecv(chunk, (r + 1) % T, next, (r - 1 + T) % T, *ring_);
+      }
+      ops::matmul_forward(dev_, s, out.view(source * rows * OC, {rows, OC}), chunk, weight, bias);
+      if (k + 1 < T) dev_.wait(s, dev_.record(*ring_));  // the next piece's rows have arrived
+      chunk = next;
+    }
+    for (Tensor& t : held) dev_.free(t);
+    return true;
+  }
+
   Tensor g_forward(Stream& s, const Tensor& partial) override {
     if (alone()) return partial;
     if (!sequence_parallel_) {
@@ -158,6 +194,7 @@ class MegatronTP : public TensorParallel {
   Comm& group_;
   GPTConfig cfg_;
   bool sequence_parallel_;
+  Stream* ring_;
   Tensor row_max_, sums_;  // the loss's statistics, from its forward to its backward
 };
 

@@ -268,6 +268,13 @@ Tensor GPT::replaced(Tensor in, Tensor out) {
   return out;
 }
 
+void GPT::column_forward(Stream& s, const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (tp_ && tp_->fused_column_forward(s, out, x, weight, bias)) return;
+  Tensor in = tp_ ? tp_->f_forward(s, x) : x;
+  ops::matmul_forward(dev_, s, out, in, weight, bias);
+  replaced(in, x);  // a gathered input is gathered again in backward, not kept
+}
+
 const Tensor& GPT::w(int index) const {
   const Tensor& t = weights_[static_cast<size_t>(index)];
   if (!t.defined()) throw std::logic_error("GPT: parameter " + params_[static_cast<size_t>(index)].name + " is not bound");
@@ -310,8 +317,7 @@ void GPT::forward_block(int l, Stream& s) {
   const Tensor& x = acts_[static_cast<size_t>(l)]->out;
   Acts& a = *acts_[static_cast<size_t>(l) + 1];
   const Tensor x2d = x.view(0, {R, C});
-  // The f of a column-parallel matmul's input, and the g (then the bias) of a row-parallel one.
-  const auto f = [&](const Tensor& in) { return tp_ ? tp_->f_forward(s, in) : in; };
+  // The g (then the bias) of a row-parallel matmul; f is inside column_forward.
   const auto g = [&](Tensor partial, int bias) {
     if (!tp_) return partial;
     Tensor sum = replaced(partial, tp_->g_forward(s, partial));
@@ -323,10 +329,8 @@ void GPT::forward_block(int l, Stream& s) {
   // Attention: x2 = x + proj(attention(ln1(x)))
   a.ln1 = act({R, C}, "ln_1", s), a.mean1 = stat({R}, "ln_1.mean", s), a.rstd1 = stat({R}, "ln_1.rstd", s);
   ops::layernorm_forward(dev_, s, a.ln1, a.mean1, a.rstd1, x2d, w(p), w(p + 1));
-  Tensor in1 = f(a.ln1);
   a.qkv = act({N, 3 * Ca}, "qkv", s);
-  ops::matmul_forward(dev_, s, a.qkv, in1, w(p + 2), w(p + 3));
-  replaced(in1, a.ln1);  // a gathered input is gathered again in backward, not kept
+  column_forward(s, a.qkv, a.ln1, w(p + 2), w(p + 3));
   a.q = act({B_, NH, T_, hs}, "q", s), a.k = act({B_, NH, T_, hs}, "k", s), a.v = act({B_, NH, T_, hs}, "v", s);
   ops::qkv_split(dev_, s, a.q, a.k, a.v, a.qkv.view(0, {B_, T_, 3 * Ca}), static_cast<int>(NH));
   a.o = act({B_, NH, T_, hs}, "attention.out", s), a.lse = stat({B_, NH, T_}, "attention.lse", s);
@@ -346,10 +350,8 @@ void GPT::forward_block(int l, Stream& s) {
   // MLP: out = x2 + fcproj(gelu(fc(ln2(x2))))
   a.ln2 = act({R, C}, "ln_2", s), a.mean2 = stat({R}, "ln_2.mean", s), a.rstd2 = stat({R}, "ln_2.rstd", s);
   ops::layernorm_forward(dev_, s, a.ln2, a.mean2, a.rstd2, a.x2, w(p + 6), w(p + 7));
-  Tensor in2 = f(a.ln2);
   a.fch = act({N, H}, "mlp.fc", s);
-  ops::matmul_forward(dev_, s, a.fch, in2, w(p + 8), w(p + 9));
-  replaced(in2, a.ln2);
+  column_forward(s, a.fch, a.ln2, w(p + 8), w(p + 9));
   a.fch_gelu = act({N, H}, "mlp.gelu", s);
   ops::gelu_forward(dev_, s, a.fch_gelu, a.fch);
   Tensor fcproj = act({N, C}, "mlp.proj", s);
@@ -368,10 +370,8 @@ void GPT::forward_head(Stream& s) {
   a.lnf = act({R, C}, "ln_f", s), a.meanf = stat({R}, "ln_f.mean", s), a.rstdf = stat({R}, "ln_f.rstd", s);
   ops::layernorm_forward(dev_, s, a.lnf, a.meanf, a.rstdf, x, w(p), w(p + 1));
   // The head is column-parallel over the vocabulary: this rank's columns of the logits.
-  Tensor in = tp_ ? tp_->f_forward(s, a.lnf) : a.lnf;
   a.logits = act({B_, T_, V}, "logits", s);
-  ops::matmul_forward(dev_, s, a.logits.view(0, {N, V}), in, w(0), Tensor{});  // tied to wte
-  replaced(in, a.lnf);
+  column_forward(s, a.logits.view(0, {N, V}), a.lnf, w(0), Tensor{});  // tied to wte
   const auto losses_of = [&](const Tensor& losses) {
     if (tp_)
       tp_->loss_forward(s, losses, a.logits, targets_);

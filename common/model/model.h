@@ -125,6 +125,13 @@ class TensorParallel {
   // gradient [N, C], partial on every rank, summed into x's [rows, C].
   virtual Tensor f_forward(Stream& s, const Tensor& x) = 0;
   virtual Tensor f_backward(Stream& s, const Tensor& dinput) = 0;
+  // A column-parallel matmul on f's output, out [N, OC] = f(x) @ weight^T (+ bias), in one:
+  // async tensor parallelism overlaps f's all-gather with the matmul, piece by piece. Returns
+  // false where it does not, and the model runs f and then the matmul.
+  virtual bool fused_column_forward(Stream&, const Tensor& /*out*/, const Tensor& /*x*/, const Tensor& /*weight*/,
+                                    const Tensor& /*bias*/) {
+    return false;
+  }
   // g: a row-parallel matmul's partial output [N, C] summed into the stream's [rows, C];
   // backward: the stream's gradient [rows, C] to the matmul output's [N, C].
   virtual Tensor g_forward(Stream& s, const Tensor& partial) = 0;
@@ -193,6 +200,8 @@ class GPT {
   Shape residual_shape() const;
   // Frees `in` when a tensor-parallel call returned another tensor `out`; returns `out`.
   Tensor replaced(Tensor in, Tensor out);
+  // out = f(x) @ weight^T + bias: a column-parallel matmul, whole when there is no slice.
+  void column_forward(Stream& s, const Tensor& out, const Tensor& x, const Tensor& weight, const Tensor& bias);
   void forward_embeddings(Stream& s);
   void forward_block(int l, Stream& s);
   void forward_head(Stream& s);

@@ -4,15 +4,29 @@
 shardlab_chapter_tests(ch10 shardlab_ch10)
 shardlab_reference_trace_test(ch10 shardlab_ch10 10_tensor_parallel 4 --model gpt2-small --global-batch 4 --seq-len 1024 --compute skip --steps 2)
 shardlab_reference_trace_test(ch10_sp shardlab_ch10 10_sequence_parallel 4 --model gpt2-small --global-batch 4 --seq-len 1024 --compute skip --steps 2 --sequence-parallel)
+shardlab_reference_trace_test(ch10_async shardlab_ch10 10_async_tp 4 --model gpt2-small --global-batch 4 --seq-len 1024 --compute skip --steps 2 --sequence-parallel --async-tp)
 foreach(np 2 3 4)
   set(test "ch10: --sequence-parallel at world ${np} equals single-rank training, f and g as all-gathers and reduce-scatters")
   add_test(NAME "${test}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch10> --sequence-parallel --trace-dir ${RUNS} --run-name ch10_sp_np${np})
   set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
 endforeach()
+# Async TP: forward's all-gathers and matmuls in pieces around a ring, the same result.
+foreach(np 2 3 4)
+  set(test "ch10: --async-tp at world ${np} equals single-rank training, its exchanges counted")
+  add_test(NAME "${test}" COMMAND sh -c "${MPIRUN_SH} -np ${np} $<TARGET_FILE:shardlab_ch10> --sequence-parallel --async-tp --trace-dir '${RUNS}' --run-name ch10_async_np${np} && ${VALIDATE_SH} '${RUNS}/ch10_async_np${np}' --ranks ${np}")
+  set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
+endforeach()
+add_test(NAME "ch10: --async-tp without --sequence-parallel exits 2 naming the flag"
+         COMMAND ${EXPECT_EXIT} 2 "--async-tp: got 'on'; allowed: off, or on with --sequence-parallel" --not "step 1/"
+                 -- ${MPIRUN} -np 2 $<TARGET_FILE:shardlab_ch10> --async-tp)
+set_tests_properties("ch10: --async-tp without --sequence-parallel exits 2 naming the flag" PROPERTIES PROCESSORS 2)
 # The 2-D mesh of 4 ranks: 2-way TP inside, 2-way data parallel across, with and without SP.
-foreach(sp "" "--sequence-parallel")
-  set(test "ch10: --tp 2 at world 4 (TP 2 x DP 2) ${sp} equals single-rank training")
-  add_test(NAME "${test}" COMMAND ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch10> --tp 2 ${sp} --trace-dir ${RUNS} --run-name ch10_2d${sp})
+foreach(case "tp;" "sp;--sequence-parallel" "async;--sequence-parallel;--async-tp")
+  list(GET case 0 label)
+  list(SUBLIST case 1 -1 flags)
+  string(JOIN " " shown --tp 2 ${flags})
+  set(test "ch10: ${shown} at world 4 (TP 2 x FSDP2 over 2) equals single-rank training")
+  add_test(NAME "${test}" COMMAND ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch10> --tp 2 ${flags} --trace-dir ${RUNS} --run-name ch10_2d_${label})
   set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS 4)
 endforeach()
 add_test(NAME "ch10: --tp that does not divide the world exits 2 naming the flag"
