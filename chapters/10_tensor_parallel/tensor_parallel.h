@@ -68,16 +68,20 @@ class MegatronTP : public TensorParallel {
   // A group of one rank holds the whole model: nothing to communicate (as Megatron's mappings
   // return their input when the tensor-parallel world size is 1).
   Tensor f_forward(Stream& s, const Tensor& x) override {
+    // lab: begin 10.f-and-g "f and g: the collectives at a slice's edges, with and without sequence parallelism" #f-and-g uses(s, x)
     if (alone() || !sequence_parallel_) return x;  // identity: every rank holds the whole input already
     return gathered(s, x, "f: all-gather");
+    // lab: end
   }
   Tensor f_backward(Stream& s, const Tensor& dinput) override {
+    // lab: begin 10.f-and-g "f and g: the collectives at a slice's edges, with and without sequence parallelism" #f-and-g uses(s, dinput)
     if (alone()) return dinput;
     if (!sequence_parallel_) {
       group_.all_reduce(dinput, ReduceOp::sum, s);  // every slice's part of the input's gradient
       return dinput;
     }
     return scattered(s, dinput, "f backward: reduce-scatter");
+    // lab: end
   }
   // Async tensor parallelism (torchtitan's fused all-gather matmul, Megatron's TP comm overlap;
   // Wang et al. 2023 decompose it the same way): f's all-gather and the matmul after it, in T
@@ -111,16 +115,20 @@ class MegatronTP : public TensorParallel {
   }
 
   Tensor g_forward(Stream& s, const Tensor& partial) override {
+    // lab: begin 10.f-and-g "f and g: the collectives at a slice's edges, with and without sequence parallelism" #f-and-g uses(s, partial)
     if (alone()) return partial;
     if (!sequence_parallel_) {
       group_.all_reduce(partial, ReduceOp::sum, s);  // the slices' partial products summed
       return partial;
     }
     return scattered(s, partial, "g: reduce-scatter");
+    // lab: end
   }
   Tensor g_backward(Stream& s, const Tensor& dy) override {
+    // lab: begin 10.f-and-g "f and g: the collectives at a slice's edges, with and without sequence parallelism" #f-and-g uses(s, dy)
     if (alone() || !sequence_parallel_) return dy;  // identity: the sum's gradient is every part's
     return gathered(s, dy, "g backward: all-gather");
+    // lab: end
   }
 
   // Each rank looks up the tokens its rows of wte hold (zeros for the rest); g sums the ranks'
@@ -152,6 +160,7 @@ class MegatronTP : public TensorParallel {
   // exp(logit - max) / sum, the one-hot on the rank that holds the target.
   void loss_forward(Stream& s, const Tensor& losses, const Tensor& logits, const Tensor& targets) override {
     if (row_max_.defined()) throw std::logic_error("MegatronTP: a second loss forward before the first one's backward");
+    // lab: begin 10.vocab-loss "the loss without gathering the logits: three numbers a token, two all-reduces" #the-vocabulary uses(s, losses, logits, targets)
     const int64_t N = targets.numel(), vocab_begin = slice().vocab_begin(cfg_);
     row_max_ = dev_.empty({N}, DType::f32, s, "loss.row_max");
     sums_ = dev_.empty({2, N}, DType::f32, s, "loss.sum_exp|target_logit");
@@ -161,12 +170,15 @@ class MegatronTP : public TensorParallel {
     ops::crossentropy_row_sums(dev_, s, sum_exp, target_logit, logits, row_max_, targets, vocab_begin);
     if (!alone()) group_.all_reduce(sums_, ReduceOp::sum, s);
     ops::crossentropy_losses(dev_, s, losses, row_max_, sum_exp, target_logit);
+    // lab: end
   }
   void loss_backward(Stream& s, const Tensor& dlogits, const Tensor& logits, const Tensor& targets,
                      float dloss) override {
     if (!row_max_.defined()) throw std::logic_error("MegatronTP: a loss backward without its forward");
+    // lab: begin 10.vocab-loss "the loss without gathering the logits: three numbers a token, two all-reduces" #the-vocabulary uses(s, dlogits, logits, targets, dloss)
     ops::crossentropy_backward_slice(dev_, s, dlogits, logits, targets, dloss, row_max_,
                                      sums_.view(0, {targets.numel()}), slice().vocab_begin(cfg_));
+    // lab: end
     free_loss_stats();
   }
 
@@ -226,6 +238,7 @@ inline std::vector<Run> slice_runs(const GPTConfig& cfg, ModelSlice slice, const
   const auto ends = [&](const char* s) { return whole.name.ends_with(s); };
   const int64_t cols = whole.shape.ndim == 2 ? whole.shape[1] : 1;
   std::vector<Run> runs;
+  // lab: begin 10.slice-runs "which elements of each whole parameter a rank's slice holds" #cutting-a-block-column-parallel-then-row-parallel uses(cfg, slice, whole, C, hs, Ca, H, head0, hidden0, ends, cols)
   if (ends("wte.weight")) {
     runs.push_back({slice.vocab_begin(cfg) * C, slice.vocab_rows(cfg) * C});
   } else if (ends("attn.c_attn.weight") || ends("attn.c_attn.bias")) {  // rows q | k | v: its heads' rows of each
@@ -239,6 +252,7 @@ inline std::vector<Run> slice_runs(const GPTConfig& cfg, ModelSlice slice, const
   } else {
     runs.push_back({0, whole.shape.numel()});  // replicated
   }
+  // lab: end
   return runs;
 }
 
