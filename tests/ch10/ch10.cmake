@@ -49,3 +49,7 @@ shardlab_same_loss_test(10)
 shardlab_one_step_test(10)
 shardlab_flag_fuzz_test(10)
 shardlab_readme_test(ch10 shardlab_ch10 10_tensor_parallel)
+# Holistic Trace Analysis on the reference traces, where it is installed (skipped, saying why, where not).
+set(test "ch10: HTA reads the reference traces: no overlap under TP and SP, some under async TP")
+add_test(NAME "${test}" COMMAND ${Python3_EXECUTABLE} ${TESTS}/ch10/check_hta.py ${PROJECT_SOURCE_DIR}/traces)
+set_tests_properties("${test}" PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
