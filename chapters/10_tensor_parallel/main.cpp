@@ -109,19 +109,13 @@ struct WholeSlice {
     bind_views(model.grads(), grads, model.params(), layout);
     ops::fill(dev, s, m, 0.0f);
     ops::fill(dev, s, v, 0.0f);
-    if (dev.computes()) {
-      std::vector<float> natural, mine;
-      for (size_t i = 0; i < model.params().size(); ++i) {
-        std::vector<float> values(static_cast<size_t>(model.params()[i].shape.numel()));
-        init(static_cast<int>(i), values.data());
-        natural.insert(natural.end(), values.begin(), values.end());
+    if (dev.computes()) {  // every parameter's initial slice, in the layout's order
+      std::vector<float> mine(static_cast<size_t>(n));
+      float* at = mine.data();
+      for (int i : layout) {
+        init(i, at);
+        at += model.params()[static_cast<size_t>(i)].shape.numel();
       }
-      const std::vector<int64_t> at = [&] {
-        std::vector<int64_t> a(model.params().size() + 1, 0);
-        for (size_t i = 0; i < model.params().size(); ++i) a[i + 1] = a[i] + model.params()[i].shape.numel();
-        return a;
-      }();
-      for (int i : layout) mine.insert(mine.end(), natural.begin() + at[i], natural.begin() + at[i + 1]);
       copy_to_device(dev, s, params, mine.data());
     }
   }
