@@ -293,6 +293,32 @@ void GPT::backward(int unit, Stream& s) {
   else backward_head(s);
 }
 
+void GPT::set_input(int unit, const Tensor& x) {
+  if (unit < 1 || unit >= units()) throw std::invalid_argument("GPT::set_input: unit " + std::to_string(unit) + " has no input to set");
+  Tensor& in = acts_[static_cast<size_t>(unit) - 1]->out;
+  if (in.defined()) throw std::logic_error("GPT::set_input: unit " + std::to_string(unit) + "'s input is set already");
+  in = x;
+}
+
+Tensor GPT::take_output(int unit) {
+  Tensor out = acts_.at(static_cast<size_t>(unit))->out;
+  if (!out.defined()) throw std::logic_error("GPT::take_output: unit " + std::to_string(unit) + " has no output");
+  acts_[static_cast<size_t>(unit)]->out = Tensor{};
+  return out;
+}
+
+void GPT::set_output_grad(const Tensor& d) {
+  if (dresidual_.defined()) throw std::logic_error("GPT::set_output_grad: a gradient is set already");
+  dresidual_ = d;
+}
+
+Tensor GPT::take_input_grad() {
+  Tensor d = dresidual_;
+  if (!d.defined()) throw std::logic_error("GPT::take_input_grad: no gradient: run the stage's backward first");
+  dresidual_ = Tensor{};
+  return d;
+}
+
 void GPT::forward_embeddings(Stream& s) {
   Acts& a = *acts_[0];
   if (tp_) {

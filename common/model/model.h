@@ -185,6 +185,18 @@ class GPT {
 
   void forward(int unit, Stream& s);
   void backward(int unit, Stream& s);
+
+  // Pipeline parallelism (chapter 11): the residual stream crosses ranks between units. Before
+  // the forward of a stage's first unit u > 0, set_input(u, x) hands it the previous stage's
+  // output, which the model frees in u's backward; take_output(u) hands out a stage's last
+  // unit's output, which the caller frees once sent. In backward, set_output_grad(d) hands the
+  // stage's last unit the gradient of its output (the model frees it), and take_input_grad()
+  // hands out the gradient of the stage's first unit's input after its backward (the caller
+  // frees it).
+  void set_input(int unit, const Tensor& x);
+  Tensor take_output(int unit);
+  void set_output_grad(const Tensor& d);
+  Tensor take_input_grad();
   // The mean loss over every forward of the head since the last call (the micro-batches of a
   // step under gradient accumulation; their per-position losses add up on the device), copied
   // to the host: a host sync, like loss.item(). NaN under --compute skip.

@@ -1,0 +1,190 @@
+// Chapter 11: pipeline parallelism, the model's units cut into stages over the ranks.
+//
+//   cmake --preset default && cmake --build --preset default
+//   mpirun -np 4 build/chapters/shardlab_ch11                  # tiny: 4 stages, GPipe, checks itself
+//   mpirun -np 2 build/chapters/shardlab_ch11 --micro-batches 6
+//
+// Every rank holds a stage: a run of the model's units (the embeddings with the first, the head
+// with the last). A step splits the global batch into M micro-batches; each crosses the stages
+// forward, its activations sent to the next stage, then backward, the gradients sent back.
+// GPipe (Huang et al. 2019) runs every micro-batch's forward, then every backward, and adds up
+// the gradients before one optimizer step: the same math as one rank on the whole batch.
+//
+// The token embedding is tied to the head, which lives on the last stage: that stage keeps a
+// copy of wte, and the two copies' gradients are summed between the first and the last stage
+// before the optimizer, so both take the same step (Megatron's embedding group).
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "02_naive_ddp/data_parallel.h"
+#include "run/train_flags.h"
+
+using namespace shardlab;
+
+namespace {
+
+TrainFlags train;
+int64_t micro_batches = 4;
+
+void add_flags(Flags& f) {
+  f.add_check([](const RunShape& run) { train.sequence_ranks = run.world_size; });  // one pipeline: no data parallelism
+  add_train_flags(f, train);
+  f.add_int("micro-batches", &micro_batches, 1, 1024, "micro-batches a step (M): the global batch split M ways");
+  f.add_check([](const RunShape& run) {
+    const int64_t units = GPTConfig::preset(train.model).layers + 2;
+    require(run.world_size <= units, "--model", train.model,
+            "a model with at least as many units (" + std::to_string(units) + ": embeddings, blocks, head) as stages (" +
+                std::to_string(run.world_size) + ")");
+    require(train.global_batch % micro_batches == 0, "--micro-batches", micro_batches,
+            "a divisor of the global batch " + std::to_string(train.global_batch));
+  });
+}
+
+// Every stage reads the whole global batch, micro-batch by micro-batch (only the first and the
+// last use it: the tokens, the targets).
+class MicroBatches : public ch02::BatchShare {
+ public:
+  MicroBatches(Job& job, const TrainSetup& setup, int64_t M) : BatchShare(job, setup, M, ch02::DataShard{0, 1}, setup.T) {}
+};
+
+// The units of stage s of P: an even split of the L + 2 units, in order.
+struct Stage {
+  int first = 0, last = 0;  // units [first, last]
+};
+Stage stage_of(int s, int P, int units) { return {s * units / P, (s + 1) * units / P - 1}; }
+
+void lesson(Job& job) {
+  Device& dev = job.device();
+  Stream& compute = dev.compute_stream();
+  TrainSetup setup = train_setup(train, job.steps(), job.flags().seed);
+  const GPTConfig cfg = GPTConfig::preset(setup.model);
+  const int P = job.world_size(), s = job.rank(), M = static_cast<int>(micro_batches);
+  const int U = static_cast<int>(cfg.layers) + 2;
+  const Stage me = stage_of(s, P, U);
+  const bool first = s == 0, last = s == P - 1;
+  job.set_strategy("GPipe, " + std::to_string(P) + " stages, " + std::to_string(M) + " micro-batches");
+
+  // 1. One model object a micro-batch (each keeps its own activations), every one bound to the
+  //    stage's parameters and gradients; each micro-batch's tokens in its own buffers.
+  std::vector<std::unique_ptr<MicroBatches>> batches;
+  std::vector<std::unique_ptr<GPT>> models;
+  for (int m = 0; m < M; ++m) {
+    batches.push_back(std::make_unique<MicroBatches>(job, setup, M));
+    models.push_back(std::make_unique<GPT>(dev, cfg, batches.back()->rows(), setup.T));
+  }
+  const std::vector<ParamInfo>& params = models[0]->params();
+  std::vector<int> mine;  // the stage's parameters: its units', and the tied wte on the last
+  for (int u = me.first; u <= me.last; ++u)
+    for (int i : models[0]->params_of_unit(u)) mine.push_back(i);
+  const bool wte_copy = last && me.first > 0;
+  if (wte_copy) mine.insert(mine.begin(), 0);
+  int64_t n = 0;
+  for (int i : mine) n += params[static_cast<size_t>(i)].shape.numel();
+  Tensor weights = dev.empty({n}, DType::f32, compute, "params"), grads = dev.empty({n}, DType::f32, compute, "grads");
+  Tensor adam_m = dev.empty({n}, DType::f32, compute, "adam.m"), adam_v = dev.empty({n}, DType::f32, compute, "adam.v");
+  for (auto& model : models) {
+    bind_views(model->weights(), weights, params, mine);
+    bind_views(model->grads(), grads, params, mine);
+  }
+  ops::fill(dev, compute, adam_m, 0.0f);
+  ops::fill(dev, compute, adam_v, 0.0f);
+  if (dev.computes()) {
+    std::vector<float> values(static_cast<size_t>(n));
+    float* at = values.data();
+    for (int i : mine) {
+      gpt_init_param(cfg, i, setup.seed, at);
+      at += params[static_cast<size_t>(i)].shape.numel();
+    }
+    copy_to_device(dev, compute, weights, values.data());
+  }
+  // The tied embedding's two copies: the first and the last stage (every rank splits).
+  std::unique_ptr<Comm> embedding_group = job.world().split(first || last ? 0 : 1, s);
+  job.say("model " + setup.model + ": " + std::to_string(U) + " units over " + std::to_string(P) + " stages; stage " +
+          std::to_string(s) + " holds units " + std::to_string(me.first) + ".." + std::to_string(me.last));
+
+  const Shape act{batches[0]->rows(), setup.T, cfg.channels};
+  for (int64_t step = 0; step < job.steps(); ++step) {
+    Job::Step st(job, step);
+    ops::fill(dev, compute, grads, 0.0f);
+    // 2. Every micro-batch forward: receive the previous stage's output, run the stage's
+    //    units, send the output on.
+    for (int m = 0; m < M; ++m) {
+      GPT& model = *models[static_cast<size_t>(m)];
+      if (first || last) batches[static_cast<size_t>(m)]->load(model, step, m);
+      if (!first) {
+        Tensor x = dev.empty(act, DType::f32, compute, "stage.input");
+        job.world().sendrecv(Tensor{}, -1, x, s - 1, compute);
+        model.set_input(me.first, x);
+      }
+      for (int u = me.first; u <= me.last; ++u) model.forward(u, compute);
+      if (!last) {
+        Tensor out = model.take_output(me.last);
+        job.world().sendrecv(out, s + 1, Tensor{}, -1, compute);
+        dev.free(out);
+      }
+    }
+    // 3. Every micro-batch backward: receive the gradient of the stage's output, run the units
+    //    backward, send the gradient of its input back. The gradients add up in `grads`.
+    for (int m = 0; m < M; ++m) {
+      GPT& model = *models[static_cast<size_t>(m)];
+      if (!last) {
+        Tensor d = dev.empty(act, DType::f32, compute, "stage.output_grad");
+        job.world().sendrecv(Tensor{}, -1, d, s + 1, compute);
+        model.set_output_grad(d);
+      }
+      for (int u = me.last; u >= me.first; --u) model.backward(u, compute);
+      if (!first) {
+        Tensor d = model.take_input_grad();
+        job.world().sendrecv(d, s - 1, Tensor{}, -1, compute);
+        dev.free(d);
+      }
+    }
+    // 4. The tied embedding's gradient summed over its two copies, then AdamW on the stage.
+    if (P > 1 && (first || last)) {
+      const int64_t wte = params[0].shape.numel();
+      embedding_group->all_reduce(grads.view(0, {wte}), ReduceOp::sum, compute);
+    }
+    ops::adamw(dev, compute, weights, grads, adam_m, adam_v, step + 1, setup.adamw);
+    // The loss lives on the last stage: every rank reports that one.
+    double loss = 0;
+    if (last)
+      for (auto& model : models) loss += model->mean_loss(compute) / M;
+    st.set_loss(job.every_rank(loss).back());
+    st.set_tokens(batches[0]->tokens_per_step());
+  }
+
+  // 5. The proof: the stages' parameters put together equal single-rank training.
+  if (dev.computes() && setup.check_reference) {
+    const auto whole = [&](const Tensor& buffer) {
+      std::vector<float> local(static_cast<size_t>(n)), natural(static_cast<size_t>(gpt_num_params(cfg)), 0.0f);
+      copy_to_host(dev, compute, local.data(), buffer);
+      std::vector<int64_t> start(params.size() + 1, 0);
+      for (size_t i = 0; i < params.size(); ++i) start[i + 1] = start[i] + params[i].shape.numel();
+      const float* from = local.data();
+      for (int i : mine) {
+        const int64_t k = params[static_cast<size_t>(i)].shape.numel();
+        if (!(i == 0 && wte_copy)) std::copy_n(from, k, natural.begin() + start[static_cast<size_t>(i)]);
+        from += k;
+      }
+      Tensor sum = dev.empty({static_cast<int64_t>(natural.size())}, DType::f32, compute, "check.whole_model");
+      copy_to_device(dev, compute, sum, natural.data());
+      job.world().all_reduce(sum, ReduceOp::sum, compute);
+      copy_to_host(dev, compute, natural.data(), sum);
+      dev.free(sum);
+      return natural;
+    };
+    ch02::check_against_reference(job, setup, whole(weights), whole(adam_m));
+  }
+  for (Tensor* t : {&adam_v, &adam_m, &grads, &weights}) dev.free(*t);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const ChapterInfo chapter{.id = "11_pipeline_parallel",
+                            .title = "Pipeline parallelism: stages and schedules",
+                            .default_steps = 5};
+  return run_chapter(argc, argv, chapter, add_flags, lesson);
+}
