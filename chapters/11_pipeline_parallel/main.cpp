@@ -1,7 +1,8 @@
 // Chapter 11: pipeline parallelism, the model's units cut into stages over the ranks.
 //
 //   cmake --preset default && cmake --build --preset default
-//   mpirun -np 4 build/chapters/shardlab_ch11                  # tiny: 4 stages, GPipe, checks itself
+//   mpirun -np 4 build/chapters/shardlab_ch11                      # tiny: 4 stages, 1F1B, checks itself
+//   mpirun -np 4 build/chapters/shardlab_ch11 --schedule gpipe      # every forward, then every backward
 //   mpirun -np 2 build/chapters/shardlab_ch11 --micro-batches 6
 //
 // Every rank holds a stage: a run of the model's units (the embeddings with the first, the head
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "02_naive_ddp/data_parallel.h"
+#include "11_pipeline_parallel/schedule.h"
 #include "run/train_flags.h"
 
 using namespace shardlab;
@@ -27,11 +29,14 @@ namespace {
 
 TrainFlags train;
 int64_t micro_batches = 4;
+std::string schedule = "1f1b";
 
 void add_flags(Flags& f) {
   f.add_check([](const RunShape& run) { train.sequence_ranks = run.world_size; });  // one pipeline: no data parallelism
   add_train_flags(f, train);
   f.add_int("micro-batches", &micro_batches, 1, 1024, "micro-batches a step (M): the global batch split M ways");
+  f.add_choice("schedule", &schedule, {"gpipe", "1f1b"},
+               "gpipe: every forward, then every backward; 1f1b: warm up, then one forward and one backward in turn");
   f.add_check([](const RunShape& run) {
     const int64_t units = GPTConfig::preset(train.model).layers + 2;
     require(run.world_size <= units, "--model", train.model,
@@ -64,7 +69,8 @@ void lesson(Job& job) {
   const int U = static_cast<int>(cfg.layers) + 2;
   const Stage me = stage_of(s, P, U);
   const bool first = s == 0, last = s == P - 1;
-  job.set_strategy("GPipe, " + std::to_string(P) + " stages, " + std::to_string(M) + " micro-batches");
+  job.set_strategy(std::string(schedule == "gpipe" ? "GPipe" : "1F1B") + ", " + std::to_string(P) + " stages, " +
+                   std::to_string(M) + " micro-batches");
 
   // 1. One model object a micro-batch (each keeps its own activations), every one bound to the
   //    stage's parameters and gradients; each micro-batch's tokens in its own buffers.
@@ -108,40 +114,43 @@ void lesson(Job& job) {
   for (int64_t step = 0; step < job.steps(); ++step) {
     Job::Step st(job, step);
     ops::fill(dev, compute, grads, 0.0f);
-    // 2. Every micro-batch forward: receive the previous stage's output, run the stage's
-    //    units, send the output on.
-    for (int m = 0; m < M; ++m) {
-      GPT& model = *models[static_cast<size_t>(m)];
-      if (first || last) batches[static_cast<size_t>(m)]->load(model, step, m);
-      if (!first) {
-        Tensor x = dev.empty(act, DType::f32, compute, "stage.input");
-        job.world().sendrecv(Tensor{}, -1, x, s - 1, compute);
-        model.set_input(me.first, x);
+    // 2. The stage's passes in the schedule's order. Before a pass, what it needs from a
+    //    neighbour (a forward's input from the stage before, a backward's output gradient from
+    //    the stage after); after it, what the neighbour needs: sent before the next pass's
+    //    receive, or with it in one sendrecv where the schedule pairs them (schedule.h).
+    Tensor to_send;
+    int send_to = -1;
+    for (const ch11::Action& a : ch11::schedule(schedule, P, s, M)) {
+      GPT& model = *models[static_cast<size_t>(a.micro)];
+      const bool forward = a.pass == ch11::Pass::forward;
+      Tensor received;
+      const int from = forward ? (first ? -1 : s - 1) : (last ? -1 : s + 1);
+      if (from >= 0) received = dev.empty(act, DType::f32, compute, forward ? "stage.input" : "stage.output_grad");
+      if (a.paired && send_to >= 0 && send_to == from) {
+        job.world().sendrecv(to_send, send_to, received, from, compute);
+      } else {
+        if (send_to >= 0) job.world().sendrecv(to_send, send_to, Tensor{}, -1, compute);
+        if (from >= 0) job.world().sendrecv(Tensor{}, -1, received, from, compute);
       }
-      for (int u = me.first; u <= me.last; ++u) model.forward(u, compute);
-      if (!last) {
-        Tensor out = model.take_output(me.last);
-        job.world().sendrecv(out, s + 1, Tensor{}, -1, compute);
-        dev.free(out);
+      if (send_to >= 0) dev.free(to_send);
+      send_to = -1;
+      HostScope scope(dev, std::string(forward ? "forward" : "backward") + " micro-batch " + std::to_string(a.micro));
+      if (forward) {
+        if (first || last) batches[static_cast<size_t>(a.micro)]->load(model, step, a.micro);
+        if (!first) model.set_input(me.first, received);
+        for (int u = me.first; u <= me.last; ++u) model.forward(u, compute);
+        if (!last) to_send = model.take_output(me.last), send_to = s + 1;
+      } else {
+        if (!last) model.set_output_grad(received);
+        for (int u = me.last; u >= me.first; --u) model.backward(u, compute);
+        if (!first) to_send = model.take_input_grad(), send_to = s - 1;
       }
     }
-    // 3. Every micro-batch backward: receive the gradient of the stage's output, run the units
-    //    backward, send the gradient of its input back. The gradients add up in `grads`.
-    for (int m = 0; m < M; ++m) {
-      GPT& model = *models[static_cast<size_t>(m)];
-      if (!last) {
-        Tensor d = dev.empty(act, DType::f32, compute, "stage.output_grad");
-        job.world().sendrecv(Tensor{}, -1, d, s + 1, compute);
-        model.set_output_grad(d);
-      }
-      for (int u = me.last; u >= me.first; --u) model.backward(u, compute);
-      if (!first) {
-        Tensor d = model.take_input_grad();
-        job.world().sendrecv(d, s - 1, Tensor{}, -1, compute);
-        dev.free(d);
-      }
+    if (send_to >= 0) {
+      job.world().sendrecv(to_send, send_to, Tensor{}, -1, compute);
+      dev.free(to_send);
     }
-    // 4. The tied embedding's gradient summed over its two copies, then AdamW on the stage.
+    // 3. The tied embedding's gradient summed over its two copies, then AdamW on the stage.
     if (P > 1 && (first || last)) {
       const int64_t wte = params[0].shape.numel();
       embedding_group->all_reduce(grads.view(0, {wte}), ReduceOp::sum, compute);
@@ -155,7 +164,7 @@ void lesson(Job& job) {
     st.set_tokens(batches[0]->tokens_per_step());
   }
 
-  // 5. The proof: the stages' parameters put together equal single-rank training.
+  // 4. The proof: the stages' parameters put together equal single-rank training.
   if (dev.computes() && setup.check_reference) {
     const auto whole = [&](const Tensor& buffer) {
       std::vector<float> local(static_cast<size_t>(n)), natural(static_cast<size_t>(gpt_num_params(cfg)), 0.0f);

@@ -1,12 +1,16 @@
 # Chapter 11: pipeline parallelism. The chapter checks itself against single-rank training: the
 # stages' parameters put together, after M micro-batches a step through every stage.
 shardlab_chapter_tests(ch11 shardlab_ch11)
-foreach(case "2;1" "3;6" "4;12")
-  list(GET case 0 np)
-  list(GET case 1 m)
-  set(test "ch11: ${np} stages, ${m} micro-batches a step, equal single-rank training")
-  add_test(NAME "${test}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch11> --micro-batches ${m} --trace-dir ${RUNS} --run-name ch11_np${np}_m${m})
-  set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
+# Each schedule at P = 2-4 with M from 1 to 3P (M < P leaves 1F1B no steady state; M = 1 is one
+# micro-batch crossing the stages alone).
+foreach(schedule gpipe 1f1b)
+  foreach(case "2;1" "3;6" "4;3" "4;12")
+    list(GET case 0 np)
+    list(GET case 1 m)
+    set(test "ch11: --schedule ${schedule}, ${np} stages, ${m} micro-batches a step, equals single-rank training")
+    add_test(NAME "${test}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch11> --schedule ${schedule} --micro-batches ${m} --trace-dir ${RUNS} --run-name ch11_${schedule}_np${np}_m${m})
+    set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
+  endforeach()
 endforeach()
 add_test(NAME "ch11: more stages than the model has units exits 2 naming the model"
          COMMAND ${EXPECT_EXIT} 2 "--model: got 'tiny'; allowed: a model with at least as many units \\(4: embeddings, blocks, head\\) as stages \\(5\\)" --not "step 1/"
