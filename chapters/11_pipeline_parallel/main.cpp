@@ -22,6 +22,7 @@
 #include "02_naive_ddp/data_parallel.h"
 #include "11_pipeline_parallel/schedule.h"
 #include "run/train_flags.h"
+#include "trace/metrics.h"
 
 using namespace shardlab;
 
@@ -164,7 +165,20 @@ void lesson(Job& job) {
     st.set_tokens(batches[0]->tokens_per_step());
   }
 
-  // 4. The proof: the stages' parameters put together equal single-rank training.
+  // 4. The bubble: the share of the last step each stage's compute stream sat idle, against
+  //    (P - 1) / (M + P - 1), the formula for stages that take equal time per pass.
+  const StepMetrics last_step = step_metrics(dev.trace().timeline()).back();
+  const double idle = 1 - last_step.compute_us / last_step.step_us;
+  const std::vector<double> idles = job.every_rank(idle);
+  double mean = 0;
+  for (double x : idles) mean += x / static_cast<double>(idles.size());
+  job.figure("step_ms", last_step.step_us / 1000.0, "ms", "the last step");
+  job.figure("bubble_mean", mean, "", "the stages' compute idle over the last step, the mean over stages");
+  job.figure("bubble_formula", static_cast<double>(P - 1) / static_cast<double>(M + P - 1), "", "(P - 1) / (M + P - 1)");
+  job.rank_figure("bubble", idle, "", "this stage's compute idle over the last step");
+  job.figure("peak_allocated_MiB", MiB(static_cast<double>(dev.allocator().peak_allocated())), "MiB", "measured, rank 0 (the first stage)");
+
+  // 5. The proof: the stages' parameters put together equal single-rank training.
   if (dev.computes() && setup.check_reference) {
     const auto whole = [&](const Tensor& buffer) {
       std::vector<float> local(static_cast<size_t>(n)), natural(static_cast<size_t>(gpt_num_params(cfg)), 0.0f);
