@@ -250,6 +250,19 @@ inline double broadcast_parameters(Job& job, Replica& r) {
   return worst;
 }
 
+// For the check below, when each rank holds part of the model: every rank's `parts` (its
+// parameters in their places of the whole model's flat order, zeros elsewhere) summed over
+// `group`, through the device as any collective goes. Every rank of the group gets the whole.
+inline std::vector<float> summed_over(Device& dev, Comm& group, std::vector<float> parts) {
+  Stream& s = dev.compute_stream();
+  Tensor sum = dev.empty({static_cast<int64_t>(parts.size())}, DType::f32, s, "check.whole_model");
+  copy_to_device(dev, s, sum, parts.data());
+  group.all_reduce(sum, ReduceOp::sum, s);
+  copy_to_host(dev, s, parts.data(), sum);
+  dev.free(sum);
+  return parts;
+}
+
 // The numerics check of every training chapter: this rank's parameters after training (`params`,
 // in the model's natural order) and AdamW's first moments (`moments`, the same order) against one
 // rank training on the whole global batch.

@@ -40,8 +40,10 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "02_naive_ddp/data_parallel.h"
 #include "09_fsdp2/fsdp_param.h"
 #include "model/model.h"
 #include "model/ops.h"
@@ -284,13 +286,7 @@ inline std::vector<float> whole_model(Device& dev, Comm& group, const GPTConfig&
     }
     start += p.shape.numel();
   }
-  Stream& s = dev.compute_stream();
-  Tensor sum = dev.empty({static_cast<int64_t>(natural.size())}, DType::f32, s, "check.whole_model");
-  copy_to_device(dev, s, sum, natural.data());
-  group.all_reduce(sum, ReduceOp::sum, s);
-  copy_to_host(dev, s, natural.data(), sum);
-  dev.free(sum);
-  return natural;
+  return ch02::summed_over(dev, group, std::move(natural));
 }
 
 }  // namespace ch10

@@ -17,6 +17,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "02_naive_ddp/data_parallel.h"
@@ -180,23 +181,15 @@ void lesson(Job& job) {
 
   // 5. The proof: the stages' parameters put together equal single-rank training.
   if (dev.computes() && setup.check_reference) {
+    // Each stage places its parameters in the whole model (the tied wte's last-stage copy left
+    // out: the first stage's is the one) and the stages' places are summed.
+    const std::vector<int> placed(mine.begin() + (wte_copy ? 1 : 0), mine.end());
+    const int64_t skipped = wte_copy ? params[0].shape.numel() : 0;
     const auto whole = [&](const Tensor& buffer) {
       std::vector<float> local(static_cast<size_t>(n)), natural(static_cast<size_t>(gpt_num_params(cfg)), 0.0f);
       copy_to_host(dev, compute, local.data(), buffer);
-      std::vector<int64_t> start(params.size() + 1, 0);
-      for (size_t i = 0; i < params.size(); ++i) start[i + 1] = start[i] + params[i].shape.numel();
-      const float* from = local.data();
-      for (int i : mine) {
-        const int64_t k = params[static_cast<size_t>(i)].shape.numel();
-        if (!(i == 0 && wte_copy)) std::copy_n(from, k, natural.begin() + start[static_cast<size_t>(i)]);
-        from += k;
-      }
-      Tensor sum = dev.empty({static_cast<int64_t>(natural.size())}, DType::f32, compute, "check.whole_model");
-      copy_to_device(dev, compute, sum, natural.data());
-      job.world().all_reduce(sum, ReduceOp::sum, compute);
-      copy_to_host(dev, compute, natural.data(), sum);
-      dev.free(sum);
-      return natural;
+      place_params(params, placed, local.data() + skipped, natural);
+      return ch02::summed_over(dev, job.world(), std::move(natural));
     };
     ch02::check_against_reference(job, setup, whole(weights), whole(adam_m));
   }
