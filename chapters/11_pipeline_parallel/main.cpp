@@ -15,7 +15,9 @@
 // copy of wte, and the two copies' gradients are summed between the first and the last stage
 // before the optimizer, so both take the same step (Megatron's embedding group).
 
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,23 +31,43 @@ using namespace shardlab;
 
 namespace {
 
-TrainFlags train;
+// tiny-8l by default: its 10 units make stages for 4 ranks with 2 chunks each (tiny has 4).
+TrainFlags train = [] {
+  TrainFlags t;
+  t.model = "tiny-8l";
+  return t;
+}();
 int64_t micro_batches = 4;
+int64_t virtual_stages = 0;  // 0: 2 under interleaving, 1 otherwise
 std::string schedule = "1f1b";
+
+ch11::Pipeline pipeline_of(int P) {
+  const int V = static_cast<int>(virtual_stages > 0 ? virtual_stages : schedule == "interleaved" ? 2 : 1);
+  return {P, V, static_cast<int>(micro_batches)};
+}
 
 void add_flags(Flags& f) {
   f.add_check([](const RunShape& run) { train.sequence_ranks = run.world_size; });  // one pipeline: no data parallelism
   add_train_flags(f, train);
   f.add_int("micro-batches", &micro_batches, 1, 1024, "micro-batches a step (M): the global batch split M ways");
-  f.add_choice("schedule", &schedule, {"gpipe", "1f1b"},
-               "gpipe: every forward, then every backward; 1f1b: warm up, then one forward and one backward in turn");
+  f.add_choice("schedule", &schedule, {"gpipe", "1f1b", "interleaved"},
+               "gpipe: every forward, then every backward; 1f1b: warm up, then one forward and one backward in turn; "
+               "interleaved: 1F1B over V model chunks a rank");
+  f.add_int("virtual-stages", &virtual_stages, 0, 64,
+            "model chunks a rank holds (V), for --schedule interleaved; 0: 2 when interleaved, else 1");
   f.add_check([](const RunShape& run) {
+    const ch11::Pipeline p = pipeline_of(run.world_size);
+    require(p.chunks == 1 || schedule == "interleaved", "--virtual-stages", virtual_stages,
+            "1 (or 0) unless --schedule interleaved: GPipe and 1F1B give a rank one chunk");
     const int64_t units = GPTConfig::preset(train.model).layers + 2;
-    require(run.world_size <= units, "--model", train.model,
+    require(p.stages() <= units, "--model", train.model,
             "a model with at least as many units (" + std::to_string(units) + ": embeddings, blocks, head) as stages (" +
-                std::to_string(run.world_size) + ")");
+                std::to_string(run.world_size) + " ranks x " + std::to_string(p.chunks) + " chunks)");
     require(train.global_batch % micro_batches == 0, "--micro-batches", micro_batches,
             "a divisor of the global batch " + std::to_string(train.global_batch));
+    require(schedule != "interleaved" || micro_batches % run.world_size == 0, "--micro-batches", micro_batches,
+            "a multiple of the " + std::to_string(run.world_size) +
+                " ranks under --schedule interleaved (micro-batches go through each chunk in groups of P)");
   });
 }
 
@@ -56,26 +78,37 @@ class MicroBatches : public ch02::BatchShare {
   MicroBatches(Job& job, const TrainSetup& setup, int64_t M) : BatchShare(job, setup, M, ch02::DataShard{0, 1}, setup.T) {}
 };
 
-// The units of stage s of P: an even split of the L + 2 units, in order.
-struct Stage {
-  int first = 0, last = 0;  // units [first, last]
+// The units of stage k of S: an even split of the L + 2 units, in order.
+struct Units {
+  int first = 0, last = 0;  // [first, last]
 };
-Stage stage_of(int s, int P, int units) { return {s * units / P, (s + 1) * units / P - 1}; }
+Units units_of(int k, int S, int U) { return {k * U / S, (k + 1) * U / S - 1}; }
+
+// A tensor that crossed from another rank, and the event after which it is there.
+struct Arrival {
+  Tensor tensor;
+  Event ready;
+};
 
 void lesson(Job& job) {
   Device& dev = job.device();
   Stream& compute = dev.compute_stream();
+  // The activations and their gradients cross on a stream of their own, as PyTorch's NCCL
+  // send/recv run on their own: the compute stream waits only where it uses what arrived.
+  Stream& p2p = dev.create_stream("p2p");
   TrainSetup setup = train_setup(train, job.steps(), job.flags().seed);
   const GPTConfig cfg = GPTConfig::preset(setup.model);
   const int P = job.world_size(), s = job.rank(), M = static_cast<int>(micro_batches);
-  const int U = static_cast<int>(cfg.layers) + 2;
-  const Stage me = stage_of(s, P, U);
-  const bool first = s == 0, last = s == P - 1;
-  job.set_strategy(std::string(schedule == "gpipe" ? "GPipe" : "1F1B") + ", " + std::to_string(P) + " stages, " +
+  const ch11::Pipeline pipe = pipeline_of(P);
+  const int S = pipe.stages(), U = static_cast<int>(cfg.layers) + 2;
+  const bool first = s == 0, last = s == P - 1;  // the ranks of stage 0 and stage S - 1
+  job.set_strategy(std::string(schedule == "gpipe" ? "GPipe" : schedule == "1f1b" ? "1F1B" : "interleaved 1F1B") +
+                   ", " + std::to_string(P) + " ranks" +
+                   (pipe.chunks > 1 ? " x " + std::to_string(pipe.chunks) + " chunks" : std::string()) + ", " +
                    std::to_string(M) + " micro-batches");
 
   // 1. One model object a micro-batch (each keeps its own activations), every one bound to the
-  //    stage's parameters and gradients; each micro-batch's tokens in its own buffers.
+  //    rank's parameters and gradients: its chunks' units, and the tied wte on the last rank.
   std::vector<std::unique_ptr<MicroBatches>> batches;
   std::vector<std::unique_ptr<GPT>> models;
   for (int m = 0; m < M; ++m) {
@@ -83,10 +116,15 @@ void lesson(Job& job) {
     models.push_back(std::make_unique<GPT>(dev, cfg, batches.back()->rows(), setup.T));
   }
   const std::vector<ParamInfo>& params = models[0]->params();
-  std::vector<int> mine;  // the stage's parameters: its units', and the tied wte on the last
-  for (int u = me.first; u <= me.last; ++u)
-    for (int i : models[0]->params_of_unit(u)) mine.push_back(i);
-  const bool wte_copy = last && me.first > 0;
+  std::vector<int> mine;
+  std::string held;
+  for (int c = 0; c < pipe.chunks; ++c) {
+    const Units u = units_of(pipe.stage(s, c), S, U);
+    for (int unit = u.first; unit <= u.last; ++unit)
+      for (int i : models[0]->params_of_unit(unit)) mine.push_back(i);
+    held += (c ? ", " : "") + std::to_string(u.first) + ".." + std::to_string(u.last);
+  }
+  const bool wte_copy = last && P > 1;
   if (wte_copy) mine.insert(mine.begin(), 0);
   int64_t n = 0;
   for (int i : mine) n += params[static_cast<size_t>(i)].shape.numel();
@@ -107,58 +145,90 @@ void lesson(Job& job) {
     }
     copy_to_device(dev, compute, weights, values.data());
   }
-  // The tied embedding's two copies: the first and the last stage (every rank splits).
+  // The tied embedding's two copies: the first and the last rank (every rank splits).
   std::unique_ptr<Comm> embedding_group = job.world().split(first || last ? 0 : 1, s);
-  job.say("model " + setup.model + ": " + std::to_string(U) + " units over " + std::to_string(P) + " stages; stage " +
-          std::to_string(s) + " holds units " + std::to_string(me.first) + ".." + std::to_string(me.last));
+  job.say("model " + setup.model + ": " + std::to_string(U) + " units in " + std::to_string(S) + " stages over " +
+          std::to_string(P) + " ranks; rank " + std::to_string(s) + " holds units " + held);
+
+  // Every rank's passes on one clock, and what crosses after each (schedule.h).
+  std::vector<std::vector<ch11::Action>> orders;
+  for (int r = 0; r < P; ++r) orders.push_back(ch11::order(schedule, pipe, r));
+  const std::vector<ch11::Tick> ticks = ch11::lockstep(pipe, orders)[static_cast<size_t>(s)];
 
   const Shape act{batches[0]->rows(), setup.T, cfg.channels};
   for (int64_t step = 0; step < job.steps(); ++step) {
     Job::Step st(job, step);
     ops::fill(dev, compute, grads, 0.0f);
-    // 2. The stage's passes in the schedule's order. Before a pass, what it needs from a
-    //    neighbour (a forward's input from the stage before, a backward's output gradient from
-    //    the stage after); after it, what the neighbour needs: sent before the next pass's
-    //    receive, or with it in one sendrecv where the schedule pairs them (schedule.h).
-    Tensor to_send;
-    int send_to = -1;
-    for (const ch11::Action& a : ch11::schedule(schedule, P, s, M)) {
-      GPT& model = *models[static_cast<size_t>(a.micro)];
-      const bool forward = a.pass == ch11::Pass::forward;
-      Tensor received;
-      const int from = forward ? (first ? -1 : s - 1) : (last ? -1 : s + 1);
-      if (from >= 0) received = dev.empty(act, DType::f32, compute, forward ? "stage.input" : "stage.output_grad");
-      if (a.paired && send_to >= 0 && send_to == from) {
-        job.world().sendrecv(to_send, send_to, received, from, compute);
-      } else {
-        if (send_to >= 0) job.world().sendrecv(to_send, send_to, Tensor{}, -1, compute);
-        if (from >= 0) job.world().sendrecv(Tensor{}, -1, received, from, compute);
+    std::map<std::pair<int, int>, Arrival> inputs, output_grads;  // (micro, chunk) -> what arrived for it
+    for (const ch11::Tick& tick : ticks) {
+      // 2. This tick's pass, if the rank has one.
+      Tensor out;  // what the pass hands to a neighbour
+      int out_to = -1;
+      if (tick.run) {
+        const ch11::Action& a = *tick.run;
+        GPT& model = *models[static_cast<size_t>(a.micro)];
+        const int k = pipe.stage(s, a.chunk);
+        const Units u = units_of(k, S, U);
+        const bool forward = a.pass == ch11::Pass::forward;
+        // Wait for what crossed, on the compute stream only, and tell the allocator the compute
+        // stream uses it now (the model frees it there).
+        const auto take = [&](std::map<std::pair<int, int>, Arrival>& box) {
+          Arrival got = box.at({a.micro, a.chunk});
+          box.erase({a.micro, a.chunk});
+          dev.wait(compute, got.ready);
+          dev.record_stream(got.tensor, compute);
+          return got.tensor;
+        };
+        RecordFunction range(dev, compute, std::string(forward ? "forward" : "backward") + " mb " + std::to_string(a.micro) +
+                                               (pipe.chunks > 1 ? " chunk " + std::to_string(a.chunk) : std::string()));
+        if (forward) {
+          if (k == 0 || (k == S - 1 && !first)) batches[static_cast<size_t>(a.micro)]->load(model, step, a.micro);
+          if (k > 0) model.set_input(u.first, take(inputs));
+          for (int unit = u.first; unit <= u.last; ++unit) model.forward(unit, compute);
+          if (k < S - 1) out = model.take_output(u.last), out_to = pipe.rank_of(k + 1);
+        } else {
+          if (k < S - 1) model.set_output_grad(take(output_grads));
+          for (int unit = u.last; unit >= u.first; --unit) model.backward(unit, compute);
+          if (k > 0) out = model.take_input_grad(), out_to = pipe.rank_of(k - 1);
+        }
       }
-      if (send_to >= 0) dev.free(to_send);
-      send_to = -1;
-      HostScope scope(dev, std::string(forward ? "forward" : "backward") + " micro-batch " + std::to_string(a.micro));
-      if (forward) {
-        if (first || last) batches[static_cast<size_t>(a.micro)]->load(model, step, a.micro);
-        if (!first) model.set_input(me.first, received);
-        for (int u = me.first; u <= me.last; ++u) model.forward(u, compute);
-        if (!last) to_send = model.take_output(me.last), send_to = s + 1;
-      } else {
-        if (!last) model.set_output_grad(received);
-        for (int u = me.last; u >= me.first; --u) model.backward(u, compute);
-        if (!first) to_send = model.take_input_grad(), send_to = s - 1;
-      }
+      // 3. The two exchanges (schedule.h): forward outputs, then backward input gradients. Each
+      //    is one sendrecv on the p2p stream, after the compute stream has made what it sends.
+      const bool sends_forward = tick.run && tick.run->pass == ch11::Pass::forward && out_to >= 0;
+      const bool sends_backward = tick.run && tick.run->pass == ch11::Pass::backward && out_to >= 0;
+      const auto exchange = [&](bool sends, const std::optional<ch11::Action>& arrives, int from_stage_offset,
+                                std::map<std::pair<int, int>, Arrival>& box) {
+        Tensor received;
+        int from = -1;
+        if (arrives) {
+          from = pipe.rank_of(pipe.stage(s, arrives->chunk) + from_stage_offset);
+          if (from != s) received = dev.empty(act, DType::f32, p2p, from_stage_offset < 0 ? "stage.input" : "stage.output_grad");
+        }
+        const int to = sends ? out_to : -1;
+        if (to == s) {  // one rank holds both stages (P = 1): the tensor stays here
+          box[{arrives->micro, arrives->chunk}] = {out, dev.record(compute)};
+          return;
+        }
+        if (to < 0 && from < 0) return;
+        if (to >= 0) dev.wait(p2p, dev.record(compute));
+        job.world().sendrecv(to >= 0 ? out : Tensor{}, to, received, from, p2p);
+        if (to >= 0) {
+          dev.record_stream(out, p2p);
+          dev.free(out);
+        }
+        if (from >= 0) box[{arrives->micro, arrives->chunk}] = {received, dev.record(p2p)};
+      };
+      exchange(sends_forward, tick.forward_input, -1, inputs);
+      exchange(sends_backward, tick.output_grad, +1, output_grads);
     }
-    if (send_to >= 0) {
-      job.world().sendrecv(to_send, send_to, Tensor{}, -1, compute);
-      dev.free(to_send);
-    }
-    // 3. The tied embedding's gradient summed over its two copies, then AdamW on the stage.
+    // 4. The tied embedding's gradient summed over its two copies, then AdamW on the rank's
+    //    parameters, once the compute stream has every gradient.
     if (P > 1 && (first || last)) {
       const int64_t wte = params[0].shape.numel();
       embedding_group->all_reduce(grads.view(0, {wte}), ReduceOp::sum, compute);
     }
     ops::adamw(dev, compute, weights, grads, adam_m, adam_v, step + 1, setup.adamw);
-    // The loss lives on the last stage: every rank reports that one.
+    // The loss lives on the last rank: every rank reports that one.
     double loss = 0;
     if (last)
       for (auto& model : models) loss += model->mean_loss(compute) / M;
@@ -166,23 +236,24 @@ void lesson(Job& job) {
     st.set_tokens(batches[0]->tokens_per_step());
   }
 
-  // 4. The bubble: the share of the last step each stage's compute stream sat idle, against
-  //    (P - 1) / (M + P - 1), the formula for stages that take equal time per pass.
+  // 5. The bubble: the share of the last step each rank's compute stream sat idle, against the
+  //    formula for stages that take equal time per pass.
   const StepMetrics last_step = step_metrics(dev.trace().timeline()).back();
   const double idle = 1 - last_step.compute_us / last_step.step_us;
   const std::vector<double> idles = job.every_rank(idle);
   double mean = 0;
   for (double x : idles) mean += x / static_cast<double>(idles.size());
   job.figure("step_ms", last_step.step_us / 1000.0, "ms", "the last step");
-  job.figure("bubble_mean", mean, "", "the stages' compute idle over the last step, the mean over stages");
-  job.figure("bubble_formula", static_cast<double>(P - 1) / static_cast<double>(M + P - 1), "", "(P - 1) / (M + P - 1)");
-  job.rank_figure("bubble", idle, "", "this stage's compute idle over the last step");
+  job.figure("bubble_mean", mean, "", "the ranks' compute idle over the last step, the mean over ranks");
+  job.figure("bubble_formula", static_cast<double>(P - 1) / static_cast<double>(pipe.chunks * M + P - 1), "",
+             "(P - 1) / (V M + P - 1)");
+  job.rank_figure("bubble", idle, "", "this rank's compute idle over the last step");
   job.figure("peak_allocated_MiB", MiB(static_cast<double>(dev.allocator().peak_allocated())), "MiB", "measured, rank 0 (the first stage)");
 
-  // 5. The proof: the stages' parameters put together equal single-rank training.
+  // 6. The proof: the ranks' parameters put together equal single-rank training.
   if (dev.computes() && setup.check_reference) {
-    // Each stage places its parameters in the whole model (the tied wte's last-stage copy left
-    // out: the first stage's is the one) and the stages' places are summed.
+    // Each rank places its parameters in the whole model (the tied wte's last-rank copy left
+    // out: the first rank's is the one) and the ranks' places are summed.
     const std::vector<int> placed(mine.begin() + (wte_copy ? 1 : 0), mine.end());
     const int64_t skipped = wte_copy ? params[0].shape.numel() : 0;
     const auto whole = [&](const Tensor& buffer) {

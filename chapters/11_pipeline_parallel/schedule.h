@@ -1,22 +1,42 @@
-// schedule.h: which pass of which micro-batch a pipeline stage runs next.
+// schedule.h: which pass of which micro-batch each pipeline rank runs, in what order, and when
+// each output crosses to the rank that needs it.
 //
-// A schedule is, for each stage s of P, the order of its 2M passes: F m (forward of micro-batch
-// m) and B m (its backward). Every stage runs the same micro-batches in the same order within
-// each kind (a micro-batch's forward crosses the stages first to last, its backward last to
-// first); schedules differ in how they interleave the two kinds.
+// The model's units are cut into S stages, run in turn by the ranks: with V model chunks a rank
+// (interleaving), stage k runs on rank k % P as its chunk k / P, so rank s holds stages s, s + P,
+// s + 2P, ... A micro-batch's forward crosses the stages first to last, its backward last to
+// first. A schedule is, for each rank, the order of its 2 M V passes: F m (forward of micro-batch
+// m through one of its chunks) and B m (its backward). Schedules differ in how they interleave
+// the two kinds:
 //
-//   GPipe (Huang et al. 2019): every forward, then every backward. Each stage holds the
+//   GPipe (Huang et al. 2019): every forward, then every backward. Each rank holds the
 //   activations of all M micro-batches at once.
-//   1F1B (PipeDream-Flush, Narayanan et al. 2021): stage s runs P - s - 1 forwards to fill the
+//   1F1B (PipeDream-Flush, Narayanan et al. 2021): rank s runs P - s - 1 forwards to fill the
 //   pipeline (warm-up), then alternates one forward and one backward, then drains the
-//   backwards. A stage holds at most P - s micro-batches' activations, whatever M.
+//   backwards. A rank holds at most P - s micro-batches' activations, whatever M.
+//   Interleaved 1F1B (Narayanan et al. 2021, Megatron-LM's virtual pipeline): V chunks a rank,
+//   micro-batches taken in groups of P through one chunk, then the same group through the next;
+//   a longer warm-up, (P - s - 1) 2 + (V - 1) P passes, then one forward and one backward in
+//   turn. Each pass is 1/V of a stage's work, so the fill and the drain shrink V times.
 //
-// Both flush: every backward of the step ends before the optimizer, so both compute exactly
-// what one rank would on the whole batch, and both leave the same idle time, the bubble,
-// (P - 1) / (M + P - 1) of the step when every stage takes the same time per pass.
+// All flush: every backward of the step ends before the optimizer, so all compute exactly what
+// one rank would on the whole batch. When every pass of a stage takes the same time, the idle
+// share of the step (the bubble) is (P - 1) / (M + P - 1) for GPipe and 1F1B, (P - 1) /
+// (V M + P - 1) interleaved.
+//
+// The passes' order alone does not say when the data moves. lockstep() plays every rank's order
+// on one clock, a pass a tick: a rank runs its next pass once what it needs ran at an earlier
+// tick, and idles otherwise (PyTorch's pipeline_order, with None where a rank waits). After each
+// tick the outputs of that tick's passes cross, in two exchanges every rank takes part in:
+// first the forwards' outputs go to the next stage's rank, then the backwards' input gradients
+// to the previous stage's rank. In each exchange a rank sends at most one tensor and receives at
+// most one, in one sendrecv, so the exchange is a set of chains and rings that cannot deadlock
+// (comm.h); and since every rank runs the ticks in the same order, it never waits for a peer that
+// is waiting for it. The clock only orders the messages: on the GPUs each pass takes its own
+// time, and a stage waits only for the data it needs.
 #pragma once
 
-#include <algorithm>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -24,37 +44,137 @@ namespace ch11 {
 
 enum class Pass { forward, backward };
 
+struct Pipeline {
+  int ranks = 1;          // P
+  int chunks = 1;         // V: model chunks (virtual stages) a rank holds
+  int micro_batches = 1;  // M
+  int stages() const { return ranks * chunks; }
+  int stage(int rank, int chunk) const { return chunk * ranks + rank; }
+  int rank_of(int stage) const { return stage % ranks; }
+  int chunk_of(int stage) const { return stage / ranks; }
+};
+
 struct Action {
   Pass pass;
   int micro;
-  // This pass's receive goes in one sendrecv with the previous pass's send, to the same
-  // neighbour: 1F1B's steady state, where two neighbours each send, then receive from the
-  // other, and would both wait in their send (Megatron's send_forward_recv_backward and
-  // send_backward_recv_forward). Everywhere else the neighbours' operations pair one by one.
-  bool paired = false;
+  int chunk = 0;
+  bool operator==(const Action&) const = default;
 };
 
-inline std::vector<Action> gpipe(int /*P*/, int /*s*/, int M) {
+// "F3" or "B3", with the chunk where a rank holds more than one: "F3.1".
+inline std::string name(const Action& a, const Pipeline& p) {
+  std::string out(1, a.pass == Pass::forward ? 'F' : 'B');
+  out += std::to_string(a.micro);
+  if (p.chunks > 1) out.append(".").append(std::to_string(a.chunk));
+  return out;
+}
+
+inline std::vector<Action> gpipe(const Pipeline& p, int /*rank*/) {
   std::vector<Action> order;
-  for (int m = 0; m < M; ++m) order.push_back({Pass::forward, m, false});
-  for (int m = 0; m < M; ++m) order.push_back({Pass::backward, m, false});
+  for (int m = 0; m < p.micro_batches; ++m) order.push_back({Pass::forward, m});
+  for (int m = 0; m < p.micro_batches; ++m) order.push_back({Pass::backward, m});
   return order;
 }
 
-inline std::vector<Action> one_f_one_b(int P, int s, int M) {
-  const int warmup = std::min(P - s - 1, M);
+inline std::vector<Action> one_f_one_b(const Pipeline& p, int rank) {
+  const int M = p.micro_batches, warmup = std::min(p.ranks - rank - 1, M);
   std::vector<Action> order;
-  for (int m = 0; m < warmup; ++m) order.push_back({Pass::forward, m, false});
+  for (int m = 0; m < warmup; ++m) order.push_back({Pass::forward, m});
   for (int i = 0; i < M - warmup; ++i) {
-    order.push_back({Pass::forward, warmup + i, i > 0});
-    order.push_back({Pass::backward, i, true});
+    order.push_back({Pass::forward, warmup + i});
+    order.push_back({Pass::backward, i});
   }
-  for (int m = M - warmup; m < M; ++m) order.push_back({Pass::backward, m, false});
+  for (int m = M - warmup; m < M; ++m) order.push_back({Pass::backward, m});
   return order;
 }
 
-inline std::vector<Action> schedule(const std::string& name, int P, int s, int M) {
-  return name == "gpipe" ? gpipe(P, s, M) : one_f_one_b(P, s, M);
+// Megatron-LM's order (forward_backward_pipelining_with_interleaving): the rank's k-th forward
+// is micro-batch (k / (P V)) P + k % P through chunk (k / P) % V; its k-th backward takes the
+// same micro-batch through the chunks in reverse. Needs M a multiple of P.
+inline std::vector<Action> interleaved_1f1b(const Pipeline& p, int rank) {
+  const int P = p.ranks, V = p.chunks, passes = p.micro_batches * V;
+  const auto nth = [&](int k, Pass pass) {
+    const int chunk = (k / P) % V;
+    return Action{pass, (k / (P * V)) * P + k % P, pass == Pass::forward ? chunk : V - 1 - chunk};
+  };
+  const int warmup = std::min((P - rank - 1) * 2 + (V - 1) * P, passes);
+  std::vector<Action> order;
+  int forwards = 0, backwards = 0;
+  while (forwards < warmup) order.push_back(nth(forwards++, Pass::forward));
+  while (forwards < passes) {
+    order.push_back(nth(forwards++, Pass::forward));
+    order.push_back(nth(backwards++, Pass::backward));
+  }
+  while (backwards < passes) order.push_back(nth(backwards++, Pass::backward));
+  return order;
+}
+
+inline std::vector<Action> order(const std::string& schedule, const Pipeline& p, int rank) {
+  if (schedule == "gpipe") return gpipe(p, rank);
+  if (schedule == "1f1b") return one_f_one_b(p, rank);
+  if (schedule == "interleaved") return interleaved_1f1b(p, rank);
+  throw std::invalid_argument("ch11::order: no schedule '" + schedule + "'");
+}
+
+// One tick of one rank: the pass it runs (none: it waits), and what arrives after the tick, in
+// the two exchanges, named by the pass that will use it.
+struct Tick {
+  std::optional<Action> run;
+  std::optional<Action> forward_input;  // a forward's input, from the previous stage's rank
+  std::optional<Action> output_grad;    // a backward's output gradient, from the next stage's rank
+};
+
+// The stage an action of `rank` runs on.
+inline int stage_of(const Pipeline& p, int rank, const Action& a) { return p.stage(rank, a.chunk); }
+
+// Every rank's ticks for the given orders (lockstep above). An order that can never finish (a
+// pass waiting for one that waits for it) throws, naming each rank's stuck pass.
+inline std::vector<std::vector<Tick>> lockstep(const Pipeline& p, const std::vector<std::vector<Action>>& orders) {
+  const int P = p.ranks, S = p.stages(), M = p.micro_batches;
+  // done[pass][micro][stage]: the tick it ran at, -1 before.
+  std::vector<std::vector<std::vector<int>>> done(2, std::vector<std::vector<int>>(M, std::vector<int>(S, -1)));
+  const auto ran_before = [&](Pass pass, int micro, int stage, int tick) {
+    const int t = done[pass == Pass::forward ? 0 : 1][micro][stage];
+    return t >= 0 && t < tick;
+  };
+  std::vector<std::vector<Tick>> ticks(P);
+  std::vector<size_t> next(P, 0);
+  for (int tick = 0;; ++tick) {
+    bool finished = true, progress = false;
+    for (int r = 0; r < P; ++r) ticks[r].push_back({});
+    for (int r = 0; r < P; ++r) {
+      if (next[r] == orders[r].size()) continue;
+      finished = false;
+      const Action& a = orders[r][next[r]];
+      const int k = stage_of(p, r, a);
+      const bool ready = a.pass == Pass::forward ? (k == 0 || ran_before(Pass::forward, a.micro, k - 1, tick))
+                                                 : ran_before(Pass::forward, a.micro, k, tick) &&
+                                                       (k == S - 1 || ran_before(Pass::backward, a.micro, k + 1, tick));
+      if (!ready) continue;
+      progress = true;
+      ticks[r][tick].run = a;
+      done[a.pass == Pass::forward ? 0 : 1][a.micro][k] = tick;
+      ++next[r];
+      // What this pass hands on, and to whom.
+      if (a.pass == Pass::forward && k < S - 1)
+        ticks[p.rank_of(k + 1)][tick].forward_input = Action{Pass::forward, a.micro, p.chunk_of(k + 1)};
+      if (a.pass == Pass::backward && k > 0)
+        ticks[p.rank_of(k - 1)][tick].output_grad = Action{Pass::backward, a.micro, p.chunk_of(k - 1)};
+    }
+    if (finished) {
+      for (auto& t : ticks) t.pop_back();
+      return ticks;
+    }
+    if (!progress) {
+      std::string stuck;
+      for (int r = 0; r < P; ++r)
+        if (next[r] < orders[r].size())
+          stuck += (stuck.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " at " +
+                   name(orders[r][next[r]], p);
+      throw std::invalid_argument("pipeline schedule never finishes: at tick " + std::to_string(tick) +
+                                  " every rank waits for a pass that has not run (" + stuck + ")");
+    }
+  }
 }
 
 }  // namespace ch11

@@ -116,4 +116,12 @@ HostScope::HostScope(Device& d, std::string_view name) : device_(d), name_(name)
 
 HostScope::~HostScope() { device_.trace().cpu_op(name_, start_ns_, device_.now_ns() - start_ns_); }
 
+RecordFunction::RecordFunction(Device& d, Stream& s, std::string_view name)
+    : device_(d), name_(name), start_ns_(d.now_ns()), gpu_range_(d.trace().open_gpu_range(s.id(), name)) {}
+
+RecordFunction::~RecordFunction() {
+  device_.trace().close_gpu_range(gpu_range_);
+  device_.trace().annotation(name_, start_ns_, device_.now_ns() - start_ns_);
+}
+
 }  // namespace shardlab

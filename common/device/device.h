@@ -15,6 +15,7 @@
 //   elapsed_us    cudaEventElapsedTime
 //   empty / free  the caching allocator (torch.empty / tensor going out of scope)
 //   record_stream Tensor.record_stream
+//   RecordFunction torch.profiler.record_function (its CPU and GPU ranges)
 #pragma once
 
 #include <cstdint>
@@ -176,6 +177,24 @@ class HostScope {
   Device& device_;
   std::string name_;
   int64_t start_ns_;
+};
+
+// RAII: torch.profiler.record_function's two ranges. On the host a user_annotation from
+// construction to destruction; on `stream` a gpu_user_annotation over the work launched onto it
+// meanwhile (TraceRecorder::open_gpu_range), so the stream's lane says what each stretch of its
+// kernels is for: "forward mb 3" above the kernels of micro-batch 3's forward.
+class RecordFunction {
+ public:
+  RecordFunction(Device& d, Stream& s, std::string_view name);
+  ~RecordFunction();
+  RecordFunction(const RecordFunction&) = delete;
+  RecordFunction& operator=(const RecordFunction&) = delete;
+
+ private:
+  Device& device_;
+  std::string name_;
+  int64_t start_ns_;
+  uint64_t gpu_range_;
 };
 
 }  // namespace shardlab

@@ -26,6 +26,9 @@ GPTConfig GPTConfig::preset(const std::string& name) {
   // tiny with 12 heads of 4 channels: tensor parallelism (chapter 10) divides them over 1, 2,
   // 3, 4, 6 or 12 ranks.
   if (name == "tiny-12h") return {name, 32, 64, 2, 48, 12};
+  // tiny with 8 blocks: 10 units, enough stages for pipeline parallelism (chapter 11) over 4
+  // ranks with 2 chunks each.
+  if (name == "tiny-8l") return {name, 32, 64, 8, 32, 2};
   if (name == "gpt2-small") return {name, 50257, 1024, 12, 768, 12};
   if (name == "gpt2-medium") return {name, 50257, 1024, 24, 1024, 16};
   if (name == "gpt-1b") return {name, 50257, 1024, 20, 2048, 16};
@@ -39,7 +42,7 @@ GPTConfig GPTConfig::preset(const std::string& name) {
 }
 
 std::vector<std::string> GPTConfig::presets() {
-  return {"tiny", "tiny-12h", "gpt2-small", "gpt2-medium", "gpt-1b", "gpt-15b", "gpt2-small-128k"};
+  return {"tiny", "tiny-12h", "tiny-8l", "gpt2-small", "gpt2-medium", "gpt-1b", "gpt-15b", "gpt2-small-128k"};
 }
 
 std::string slice_problem(const GPTConfig& c, int size) {

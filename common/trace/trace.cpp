@@ -260,6 +260,7 @@ void TraceRecorder::kernel(int stream, std::string_view name, int64_t ts_ns, int
   total_flops_ += flops;
   device_slice(stream, "kernel", name, ts_ns, dur_ns,
                device_args(stream, correlation).add("bytes", bytes).add("flops", flops), kind);
+  extend_gpu_ranges(stream, correlation, ts_ns, ts_ns + dur_ns);
   if (correlation != 0) flow_end(stream, correlation, ts_ns);
 }
 
@@ -267,6 +268,7 @@ void TraceRecorder::memcpy(int stream, std::string_view name, int64_t ts_ns, int
                            double bytes) {
   device_slice(stream, "gpu_memcpy", name, ts_ns, dur_ns, device_args(stream, correlation).add("bytes", bytes),
                SliceKind::memcpy);
+  extend_gpu_ranges(stream, correlation, ts_ns, ts_ns + dur_ns);
   if (correlation != 0) flow_end(stream, correlation, ts_ns);
 }
 
@@ -274,6 +276,7 @@ void TraceRecorder::memset(int stream, std::string_view name, int64_t ts_ns, int
                            double bytes) {
   device_slice(stream, "gpu_memset", name, ts_ns, dur_ns, device_args(stream, correlation).add("bytes", bytes),
                SliceKind::memset);
+  extend_gpu_ranges(stream, correlation, ts_ns, ts_ns + dur_ns);
   if (correlation != 0) flow_end(stream, correlation, ts_ns);
 }
 
@@ -302,8 +305,54 @@ void TraceRecorder::collective(int stream, const CollectiveArgs& c, int64_t wait
       .add("Link", c.link)
       .add("Link tier", link_tier_name(c.link_tier));
   device_slice(stream, "kernel", c.kernel_name, start_ns, end_ns - start_ns, args, SliceKind::comm, index);
+  extend_gpu_ranges(stream, correlation, waits ? wait_start_ns : start_ns, end_ns);
   // The launch's arrow lands where the stream first became busy with it.
   if (correlation != 0) flow_end(stream, correlation, waits ? wait_start_ns : start_ns);
+}
+
+uint64_t TraceRecorder::open_gpu_range(int stream, std::string_view name) {
+  // The launches to come: correlations after the last one handed out, with no end yet.
+  const uint64_t last = static_cast<uint64_t>(rank_) * kCorrelationsPerRank + next_correlation_ - 1;
+  gpu_ranges_.push_back({next_gpu_range_, stream, std::string(name), last, UINT64_MAX});
+  return next_gpu_range_++;
+}
+
+void TraceRecorder::close_gpu_range(uint64_t id) {
+  for (GpuRange& r : gpu_ranges_)
+    if (r.id == id) {
+      r.through = static_cast<uint64_t>(rank_) * kCorrelationsPerRank + next_correlation_ - 1;
+      r.closed = true;
+    }
+}
+
+void TraceRecorder::extend_gpu_ranges(int stream, uint64_t correlation, int64_t ts_ns, int64_t end_ns) {
+  if (correlation == 0) return;
+  std::erase_if(gpu_ranges_, [&](GpuRange& r) {
+    if (r.stream != stream || correlation <= r.after) return false;
+    if (correlation <= r.through) {
+      r.start_ns = std::min(r.start_ns, ts_ns);
+      r.end_ns = std::max(r.end_ns, end_ns);
+      return false;
+    }
+    // A later launch on the same stream: every slice of the range has landed (streams run in order).
+    if (!r.closed) return false;
+    write_gpu_range(r);
+    return true;
+  });
+}
+
+void TraceRecorder::write_gpu_ranges() {
+  std::erase_if(gpu_ranges_, [&](const GpuRange& r) {
+    if (!r.closed) return false;
+    write_gpu_range(r);
+    return true;
+  });
+}
+
+void TraceRecorder::write_gpu_range(const GpuRange& r) {
+  if (r.end_ns < r.start_ns) return;  // no slice landed in it
+  emit(complete(device_index_, r.stream, "gpu_user_annotation", r.name, r.start_ns, r.end_ns - r.start_ns,
+                device_args(r.stream, 0).json()));
 }
 
 void TraceRecorder::memory(int64_t ts_ns, int64_t allocated, int64_t reserved) {
@@ -368,6 +417,7 @@ void create_parent(const std::filesystem::path& file) {
 void TraceRecorder::write(const std::string& path, std::string_view backend, int64_t base_time_ns,
                           const nlohmann::json& device_properties, const nlohmann::json& other_data) {
   stream_.reset();  // the stream's file stays as it is until the rename below replaces it
+  write_gpu_ranges();
   std::string out = header(backend, base_time_ns, device_properties, other_data);
   size_t body = 0;
   for (const auto* lines : {&meta_, &events_})
@@ -397,6 +447,7 @@ void TraceRecorder::begin_stream(const std::string& path, std::string_view backe
 
 void TraceRecorder::flush_stream() {
   if (!stream_) return;
+  write_gpu_ranges();
   // Metadata and events interleave here in the order they were recorded; readers do not mind
   // (write() puts the metadata first). Each event is preceded by its separator, so the file
   // ends after a whole event whenever an append finished.

@@ -110,6 +110,15 @@ class TraceRecorder {
   void collective(int stream, const CollectiveArgs& c, int64_t wait_start_ns, int64_t start_ns,
                   int64_t end_ns, uint64_t correlation);
 
+  // A record_function range on a stream (Kineto's gpu_user_annotation): it spans the device
+  // slices launched onto `stream` between open_gpu_range and close_gpu_range, from the first's
+  // start to the last's end, so a timeline names what each stretch of a stream does. A device
+  // that learns its slices' times late (a real GPU) records them after the range closed, so the
+  // range is written once they are all known: when a slice launched after it lands on its
+  // stream, or at flush_stream and write. A range without slices is not written.
+  uint64_t open_gpu_range(int stream, std::string_view name);
+  void close_gpu_range(uint64_t id);
+
   void memory(int64_t ts_ns, int64_t allocated, int64_t reserved);
   // An allocator instant on the memory lane (the device process), cat "allocator", named
   // "segment malloc", "segment free", "alloc retry" or "out of memory".
@@ -147,12 +156,27 @@ class TraceRecorder {
   static std::string flow_event(char ph, int pid, int tid, uint64_t id, int64_t ts_ns);
   void metadata(std::string_view what, int pid, int tid, const TraceArgs& args);
   TraceArgs device_args(int stream, uint64_t correlation) const;  // "device", "stream", "correlation"
+  // A device slice launched with `correlation` landed on `stream`: the ranges it falls in grow,
+  // the closed ranges it comes after are written.
+  void extend_gpu_ranges(int stream, uint64_t correlation, int64_t ts_ns, int64_t end_ns);
+  void write_gpu_ranges();  // every closed range, as flush_stream and write end
   // One slice on a device lane: its event and its timeline entry.
   void device_slice(int stream, std::string_view cat, std::string_view name, int64_t ts_ns, int64_t dur_ns,
                     const TraceArgs& args, SliceKind kind, int32_t collective = -1);
 
   int rank_, world_size_, device_index_;
   uint64_t next_correlation_ = 1;
+  struct GpuRange {
+    uint64_t id;
+    int stream;
+    std::string name;
+    uint64_t after, through;  // the launches it holds: correlations in (after, through]
+    bool closed = false;
+    int64_t start_ns = INT64_MAX, end_ns = INT64_MIN;
+  };
+  void write_gpu_range(const GpuRange& r);
+  std::vector<GpuRange> gpu_ranges_;  // not yet written, in the order they opened
+  uint64_t next_gpu_range_ = 1;
   std::vector<std::string> meta_;    // M events
   std::vector<std::string> events_;  // everything else
   RankTimeline timeline_;

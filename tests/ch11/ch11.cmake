@@ -2,7 +2,7 @@
 # stages' parameters put together, after M micro-batches a step through every stage.
 shardlab_chapter_tests(ch11 shardlab_ch11)
 # Each schedule at P = 2-4 with M from 1 to 3P (M < P leaves 1F1B no steady state; M = 1 is one
-# micro-batch crossing the stages alone).
+# micro-batch crossing the stages alone); interleaving with M a multiple of P, V = 2 and 4.
 foreach(schedule gpipe 1f1b)
   foreach(case "2;1" "3;6" "4;3" "4;12")
     list(GET case 0 np)
@@ -12,10 +12,26 @@ foreach(schedule gpipe 1f1b)
     set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
   endforeach()
 endforeach()
+foreach(case "1;3;2" "2;2;2" "2;4;4" "3;6;2" "4;4;2" "4;12;2")
+  list(GET case 0 np)
+  list(GET case 1 m)
+  list(GET case 2 v)
+  set(test "ch11: --schedule interleaved, ${np} ranks x ${v} chunks, ${m} micro-batches a step, equals single-rank training")
+  add_test(NAME "${test}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch11> --schedule interleaved --virtual-stages ${v} --micro-batches ${m} --trace-dir ${RUNS} --run-name ch11_interleaved_np${np}_m${m}_v${v})
+  set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
+endforeach()
 add_test(NAME "ch11: more stages than the model has units exits 2 naming the model"
-         COMMAND ${EXPECT_EXIT} 2 "--model: got 'tiny'; allowed: a model with at least as many units \\(4: embeddings, blocks, head\\) as stages \\(5\\)" --not "step 1/"
-                 -- ${MPIRUN} -np 5 $<TARGET_FILE:shardlab_ch11>)
-set_tests_properties("ch11: more stages than the model has units exits 2 naming the model" PROPERTIES PROCESSORS 5)
+         COMMAND ${EXPECT_EXIT} 2 "--model: got 'tiny'; allowed: a model with at least as many units \\(4: embeddings, blocks, head\\) as stages \\(3 ranks x 2 chunks\\)" --not "step 1/"
+                 -- ${MPIRUN} -np 3 $<TARGET_FILE:shardlab_ch11> --model tiny --schedule interleaved --micro-batches 3)
+set_tests_properties("ch11: more stages than the model has units exits 2 naming the model" PROPERTIES PROCESSORS 3)
+add_test(NAME "ch11: --virtual-stages without interleaving exits 2 naming the flag"
+         COMMAND ${EXPECT_EXIT} 2 "--virtual-stages: got '2'; allowed: 1 \\(or 0\\) unless --schedule interleaved" --not "step 1/"
+                 -- ${MPIRUN} -np 2 $<TARGET_FILE:shardlab_ch11> --virtual-stages 2)
+set_tests_properties("ch11: --virtual-stages without interleaving exits 2 naming the flag" PROPERTIES PROCESSORS 2)
+add_test(NAME "ch11: interleaving with micro-batches not a multiple of the ranks exits 2 naming the flag"
+         COMMAND ${EXPECT_EXIT} 2 "--micro-batches: got '6'; allowed: a multiple of the 4 ranks under --schedule interleaved" --not "step 1/"
+                 -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch11> --schedule interleaved --micro-batches 6)
+set_tests_properties("ch11: interleaving with micro-batches not a multiple of the ranks exits 2 naming the flag" PROPERTIES PROCESSORS 4)
 add_test(NAME "ch11: --micro-batches that does not divide the global batch exits 2 naming the flag"
          COMMAND ${EXPECT_EXIT} 2 "--micro-batches: got '5'; allowed: a divisor of the global batch 12" --not "step 1/"
                  -- ${MPIRUN} -np 2 $<TARGET_FILE:shardlab_ch11> --micro-batches 5)

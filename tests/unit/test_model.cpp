@@ -71,7 +71,7 @@ TEST_CASE("model: units partition the parameters, the presets and their errors",
   std::vector<int> all(model.params().size());
   std::iota(all.begin(), all.end(), 0);
   CHECK(seen == all);
-  CHECK_THROWS_WITH(GPTConfig::preset("gpt5"), "--model gpt5: no such model; presets: tiny, tiny-12h, gpt2-small, gpt2-medium, gpt-1b, gpt-15b, gpt2-small-128k");
+  CHECK_THROWS_WITH(GPTConfig::preset("gpt5"), "--model gpt5: no such model; presets: tiny, tiny-12h, tiny-8l, gpt2-small, gpt2-medium, gpt-1b, gpt-15b, gpt2-small-128k");
   GPTConfig odd = GPTConfig::preset("tiny");
   odd.heads = 3;
   CHECK_THROWS_WITH(GPT(dev, odd, 2, 16), Catch::Contains("3 heads do not divide the width 32"));

@@ -529,3 +529,53 @@ TEST_CASE("a stream that cannot be written throws naming the file and stops", "[
     CHECK(!fs::exists(full / "rank0.json"));
   }
 }
+
+TEST_CASE("a gpu range spans the slices launched onto its stream while it was open, whenever they land", "[trace]") {
+  TempDir dir("shardlab_test_trace_ranges");
+  TraceRecorder t(0, 1, 0);
+  t.name_stream(kCompute, "stream 7 compute");
+  t.name_stream(kComm, "stream 13 p2p");
+  const uint64_t before = t.runtime_call("cudaLaunchKernel", 0, 100, true);
+  t.kernel(kCompute, "earlier", 100, 900, before, 0, 0);  // launched before the range: outside it
+
+  // A simulated device records slices as it launches them, inside the range.
+  const uint64_t forward = t.open_gpu_range(kCompute, "forward mb 0");
+  uint64_t c = t.runtime_call("cudaLaunchKernel", 1'000, 100, true);
+  t.kernel(kCompute, "matmul", 2'000, 3'000, c, 0, 0);
+  c = t.runtime_call("cudaLaunchKernel", 1'200, 100, true);
+  t.kernel(kComm, "ncclDevKernel_SendRecv", 1'500, 9'000, c, 0, 0);  // another stream: not in it
+  c = t.runtime_call("cudaLaunchKernel", 1'400, 100, true);
+  t.kernel(kCompute, "gelu", 6'000, 1'000, c, 0, 0);
+  t.close_gpu_range(forward);
+
+  // A real GPU records them after the range closed; the range waits for a later launch on its
+  // stream to be written.
+  const uint64_t backward = t.open_gpu_range(kCompute, "backward mb 0");
+  const uint64_t b1 = t.runtime_call("cudaLaunchKernel", 8'000, 100, true);
+  const uint64_t b2 = t.runtime_call("cudaLaunchKernel", 8'200, 100, true);
+  t.close_gpu_range(backward);
+  const uint64_t empty = t.open_gpu_range(kCompute, "nothing launched");
+  t.close_gpu_range(empty);
+  const uint64_t after = t.runtime_call("cudaLaunchKernel", 9'000, 100, true);
+  t.kernel(kCompute, "matmul_backward", 9'000, 2'000, b1, 0, 0);
+  t.kernel(kCompute, "gelu_backward", 11'000, 500, b2, 0, 0);
+  const size_t events_before_last = t.event_count();
+  t.kernel(kCompute, "adamw", 12'000, 1'000, after, 0, 0);
+  CHECK(t.event_count() == events_before_last + 3);  // the kernel, its flow end, and the backward range
+
+  const json doc = write_and_parse(t, dir.path / "rank0.json");
+  std::map<std::string, std::pair<int64_t, int64_t>> ranges;
+  for (const json& e : doc["traceEvents"])
+    if (e.value("cat", "") == "gpu_user_annotation") {
+      CHECK(e["pid"] == 0);
+      CHECK(e["tid"] == kCompute);
+      CHECK(e["args"]["stream"] == kCompute);
+      ranges[e["name"]] = {to_ns(e["ts"]), to_ns(e["ts"]) + to_ns(e["dur"])};
+    }
+  CHECK(ranges.size() == 2);  // the range with nothing launched in it is not written
+  CHECK(ranges["forward mb 0"] == std::pair<int64_t, int64_t>{2'000, 7'000});
+  CHECK(ranges["backward mb 0"] == std::pair<int64_t, int64_t>{9'000, 11'500});
+  // The metrics see kernels only: a range is no work of its own.
+  CHECK(std::none_of(t.timeline().slices.begin(), t.timeline().slices.end(),
+                     [](const DeviceSlice& s) { return s.start_us == 2.0 && s.end_us == 7.0; }));
+}
