@@ -24,6 +24,7 @@
 
 #include "02_naive_ddp/data_parallel.h"
 #include "11_pipeline_parallel/schedule.h"
+#include "11_pipeline_parallel/stages.h"
 #include "run/train_flags.h"
 #include "trace/metrics.h"
 
@@ -40,6 +41,7 @@ TrainFlags train = [] {
 int64_t micro_batches = 4;
 int64_t virtual_stages = 0;  // 0: 2 under interleaving, 1 otherwise
 std::string schedule = "1f1b";
+std::string split = "flops";
 
 ch11::Pipeline pipeline_of(int P) {
   const int V = static_cast<int>(virtual_stages > 0 ? virtual_stages : schedule == "interleaved" ? 2 : 1);
@@ -53,6 +55,9 @@ void add_flags(Flags& f) {
   f.add_choice("schedule", &schedule, {"gpipe", "1f1b", "interleaved"},
                "gpipe: every forward, then every backward; 1f1b: warm up, then one forward and one backward in turn; "
                "interleaved: 1F1B over V model chunks a rank");
+  f.add_choice("split", &split, {"even", "flops"},
+               "how the model's units are cut into stages: even (as many units a stage) or flops (the costliest stage as "
+               "cheap as it can be)");
   f.add_int("virtual-stages", &virtual_stages, 0, 64,
             "model chunks a rank holds (V), for --schedule interleaved; 0: 2 when interleaved, else 1");
   f.add_check([](const RunShape& run) {
@@ -78,12 +83,6 @@ class MicroBatches : public ch02::BatchShare {
   MicroBatches(Job& job, const TrainSetup& setup, int64_t M) : BatchShare(job, setup, M, ch02::DataShard{0, 1}, setup.T) {}
 };
 
-// The units of stage k of S: an even split of the L + 2 units, in order.
-struct Units {
-  int first = 0, last = 0;  // [first, last]
-};
-Units units_of(int k, int S, int U) { return {k * U / S, (k + 1) * U / S - 1}; }
-
 // A tensor that crossed from another rank, and the event after which it is there.
 struct Arrival {
   Tensor tensor;
@@ -101,6 +100,7 @@ void lesson(Job& job) {
   const int P = job.world_size(), s = job.rank(), M = static_cast<int>(micro_batches);
   const ch11::Pipeline pipe = pipeline_of(P);
   const int S = pipe.stages(), U = static_cast<int>(cfg.layers) + 2;
+  const std::vector<ch11::Units> stages = ch11::split_units(split, cfg, S, setup.T);
   const bool first = s == 0, last = s == P - 1;  // the ranks of stage 0 and stage S - 1
   job.set_strategy(std::string(schedule == "gpipe" ? "GPipe" : schedule == "1f1b" ? "1F1B" : "interleaved 1F1B") +
                    ", " + std::to_string(P) + " ranks" +
@@ -119,7 +119,7 @@ void lesson(Job& job) {
   std::vector<int> mine;
   std::string held;
   for (int c = 0; c < pipe.chunks; ++c) {
-    const Units u = units_of(pipe.stage(s, c), S, U);
+    const ch11::Units u = stages[static_cast<size_t>(pipe.stage(s, c))];
     for (int unit = u.first; unit <= u.last; ++unit)
       for (int i : models[0]->params_of_unit(unit)) mine.push_back(i);
     held += (c ? ", " : "") + std::to_string(u.first) + ".." + std::to_string(u.last);
@@ -168,7 +168,7 @@ void lesson(Job& job) {
         const ch11::Action& a = *tick.run;
         GPT& model = *models[static_cast<size_t>(a.micro)];
         const int k = pipe.stage(s, a.chunk);
-        const Units u = units_of(k, S, U);
+        const ch11::Units u = stages[static_cast<size_t>(k)];
         const bool forward = a.pass == ch11::Pass::forward;
         // Wait for what crossed, on the compute stream only, and tell the allocator the compute
         // stream uses it now (the model frees it there).

@@ -174,6 +174,19 @@ double gpt_step_flops(const GPTConfig& c, int64_t tokens, int64_t T) {
          12.0 * static_cast<double>(c.layers * c.channels) * pairs_per_sequence * sequences;
 }
 
+double gpt_unit_flops(const GPTConfig& c, int unit, int64_t tokens, int64_t T) {
+  if (unit < 0 || unit > c.layers + 1)
+    throw std::invalid_argument("gpt_unit_flops: unit " + std::to_string(unit) + " of " + std::to_string(c.layers + 2));
+  if (unit == 0) return 0;
+  double params = 0;
+  for (const ParamInfo& p : gpt_params(c))
+    if (p.unit == unit) params += static_cast<double>(p.shape.numel());
+  const double n = static_cast<double>(tokens);
+  if (unit == c.layers + 1) return 6.0 * (params + static_cast<double>(c.vocab * c.channels)) * n;
+  const double pairs_per_sequence = static_cast<double>(T) * static_cast<double>(T + 1) / 2;
+  return 6.0 * params * n + 12.0 * static_cast<double>(c.channels) * pairs_per_sequence * n / static_cast<double>(T);
+}
+
 // What each unit keeps from its forward for its backward. `out` is the unit's output, the
 // next unit's input; the next unit's backward frees it.
 struct GPT::Acts {

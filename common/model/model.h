@@ -94,6 +94,11 @@ ActivationBytes gpt_activation_bytes(const GPTConfig& cfg, int64_t B, int64_t T)
 // Forward + backward FLOPs of one step over `tokens` tokens of length T, the standard count:
 // 6 x (parameters in matmuls) x tokens + the attention scores and mixing (causal pairs only).
 double gpt_step_flops(const GPTConfig& cfg, int64_t tokens, int64_t T);
+// The same count for one unit (0: the embeddings, 1..L: the blocks, L + 1: the head). The
+// embeddings are lookups (no matmul: 0); the head's matmul is the tied wte's. Summed over the
+// units: gpt_step_flops less wpe's 6 x parameters x tokens (the standard count's one lookup
+// table not used as a matmul).
+double gpt_unit_flops(const GPTConfig& cfg, int unit, int64_t tokens, int64_t T);
 
 // The attention core of every block: causal self-attention of q, k, v [B, NH, T, hs] into out
 // [B, NH, T, hs] and lse [B, NH, T], and its backward from the final out and lse, accumulating

@@ -1,7 +1,7 @@
 // Chapter 11's schedules on the lockstep clock (schedule.h): every rank runs each pass once, in
 // an order the data allows; everything that crosses arrives before the pass that uses it; the
 // activations a rank holds at once are what each schedule promises; and with passes of equal
-// time the clock's idle share is the bubble formula exactly.
+// time the clock's idle share is the bubble formula exactly. And the cuts into stages (stages.h).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "11_pipeline_parallel/schedule.h"
+#include "11_pipeline_parallel/stages.h"
 
 using namespace ch11;
 
@@ -115,4 +116,30 @@ TEST_CASE("ch11: an order that can never finish throws naming each rank's stuck 
       {{Pass::forward, 0}, {Pass::backward, 1}, {Pass::forward, 1}, {Pass::backward, 0}}, one_f_one_b(p, 1)};
   CHECK_THROWS_WITH(lockstep(p, orders), "pipeline schedule never finishes: at tick 3 every rank waits for a pass "
                                          "that has not run (rank 0 at B1, rank 1 at F1)");
+}
+
+TEST_CASE("ch11: stages cut evenly, or so that the costliest is as cheap as it can be", "[ch11]") {
+  CHECK(even_split(14, 4).back().first == 10);  // 3, 4, 3, 4 units: rank s takes units s U / P ..
+  const std::vector<Units> even = even_split(14, 4);
+  CHECK(even[0].count() + even[1].count() + even[2].count() + even[3].count() == 14);
+  // A head that costs five blocks gets a stage of its own; the blocks share the rest.
+  const std::vector<double> cost = {0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 5};
+  const std::vector<Units> flops = balanced_split(cost, 4);
+  REQUIRE(flops.size() == 4);
+  CHECK(flops[3].first == 13);
+  CHECK(flops[3].last == 13);
+  CHECK(flops[0].first == 0);
+  double worst = 0;
+  for (const Units& u : flops) {
+    double sum = 0;
+    for (int i = u.first; i <= u.last; ++i) sum += cost[static_cast<size_t>(i)];
+    worst = std::max(worst, sum);
+    if (&u != &flops[0]) CHECK(u.first == (&u - 1)->last + 1);  // contiguous
+  }
+  CHECK(worst == 5);
+  // As many stages as units: one each, whatever the costs.
+  for (const Units& u : balanced_split(cost, 14)) CHECK(u.count() == 1);
+  // GPT-2 small by FLOPs over 4 stages: the head alone on the last.
+  const std::vector<Units> gpt2 = split_units("flops", shardlab::GPTConfig::preset("gpt2-small"), 4, 1024);
+  CHECK(gpt2[3].first == 13);
 }

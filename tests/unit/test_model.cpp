@@ -95,6 +95,42 @@ TEST_CASE("model: initial parameters depend on the seed only", "[model]") {
 
 // gpt2-small, one step under --compute skip: every kernel's declared FLOPs add up to the
 // standard count, and the memory counters move although no real memory is used.
+// Unit by unit: what each unit's kernels declare over its forward and backward is its share of
+// the count (chapter 11 balances pipeline stages by it); the units add up to the whole count
+// less wpe's lookup.
+TEST_CASE("model: each unit's declared FLOPs match gpt_unit_flops, and the units add up to the step's count", "[model]") {
+  const GPTConfig cfg = GPTConfig::preset("gpt2-small");
+  SimDevice dev(load_profile("h100-8"), ComputeMode::skip, 0, 1);
+  Stream& s = dev.compute_stream();
+  const int64_t B = 2, T = 1024, n = gpt_num_params(cfg);
+  GPT model(dev, cfg, B, T);
+  Tensor params = dev.empty({n}, DType::f32, s, "params");
+  Tensor grads = dev.empty({n}, DType::f32, s, "grads");
+  model.bind_flat(params, grads);
+  Tensor tokens = dev.empty({B, T}, DType::i32, s, "tokens"), targets = dev.empty({B, T}, DType::i32, s, "targets");
+  model.set_batch(tokens, targets, 1.0f / static_cast<float>(B * T));
+  std::vector<double> declared(static_cast<size_t>(model.units()));
+  for (int u = 0; u < model.units(); ++u) {
+    const double before = dev.trace().total_flops();
+    model.forward(u, s);
+    declared[static_cast<size_t>(u)] = dev.trace().total_flops() - before;
+  }
+  double sum = 0;
+  for (int u = model.units() - 1; u >= 0; --u) {
+    const double before = dev.trace().total_flops();
+    model.backward(u, s);
+    declared[static_cast<size_t>(u)] += dev.trace().total_flops() - before;
+    INFO("unit " << u);
+    const double counted = gpt_unit_flops(cfg, u, B * T, T);
+    sum += counted;
+    if (u == 0) CHECK(declared[0] < 0.01 * gpt_unit_flops(cfg, 1, B * T, T));  // lookups, next to a block
+    else CHECK(declared[static_cast<size_t>(u)] == Approx(counted).epsilon(0.02));
+  }
+  const double wpe = static_cast<double>(cfg.max_T * cfg.channels);
+  CHECK(sum == Approx(gpt_step_flops(cfg, B * T, T) - 6.0 * wpe * static_cast<double>(B * T)).epsilon(1e-12));
+  CHECK_THROWS_WITH(gpt_unit_flops(cfg, 14, B * T, T), "gpt_unit_flops: unit 14 of 14");
+}
+
 TEST_CASE("model: gpt2-small FLOPs per step match 6 N D + attention, skip mode accounts memory it never allocates", "[model]") {
   const GPTConfig cfg = GPTConfig::preset("gpt2-small");
   SimDevice dev(load_profile("h100-8"), ComputeMode::skip, 0, 1);
