@@ -156,9 +156,27 @@ void lesson(Job& job) {
   const std::vector<ch11::Tick> ticks = ch11::lockstep(pipe, orders)[static_cast<size_t>(s)];
 
   const Shape act{batches[0]->rows(), setup.T, cfg.channels};
+  // What a micro-batch's forward through one of this rank's chunks keeps until its backward:
+  // its units' saved tensors, with the input that crossed from the stage before in place of
+  // that stage's output, and without the output it sends on (freed once sent).
+  const auto chunk_bytes = [&](const ch11::Action& a) {
+    const int k = pipe.stage(s, a.chunk);
+    const int64_t crossing = gpt_unit_activation_bytes(cfg, 0, act[0], act[1]);  // one [B, T, C] f32 tensor
+    int64_t bytes = (k > 0 ? crossing : 0) - (k < S - 1 ? crossing : 0);
+    for (int u = stages[static_cast<size_t>(k)].first; u <= stages[static_cast<size_t>(k)].last; ++u)
+      bytes += gpt_unit_activation_bytes(cfg, u, act[0], act[1]);
+    return bytes;
+  };
+  const int64_t before_steps = dev.allocator().allocated();
   for (int64_t step = 0; step < job.steps(); ++step) {
     Job::Step st(job, step);
     ops::fill(dev, compute, grads, 0.0f);
+    // The tokens and targets of every micro-batch first, on the ranks of the first and the last
+    // stage, each into its own buffers (a DataLoader's batches, ready before the step): the copy
+    // waits for the stream (copy_to_device), which inside the schedule would stall the CPU
+    // behind every pass queued so far.
+    if (first || last)
+      for (int m = 0; m < M; ++m) batches[static_cast<size_t>(m)]->load(*models[static_cast<size_t>(m)], step, m);
     std::map<std::pair<int, int>, Arrival> inputs, output_grads;  // (micro, chunk) -> what arrived for it
     for (const ch11::Tick& tick : ticks) {
       // 2. This tick's pass, if the rank has one.
@@ -179,10 +197,10 @@ void lesson(Job& job) {
           dev.record_stream(got.tensor, compute);
           return got.tensor;
         };
-        RecordFunction range(dev, compute, std::string(forward ? "forward" : "backward") + " mb " + std::to_string(a.micro) +
-                                               (pipe.chunks > 1 ? " chunk " + std::to_string(a.chunk) : std::string()));
+        // "F3", "B3" (with chunks "F3.1"): the papers' names, on the CPU thread and above the
+        // pass's kernels on the compute stream.
+        RecordFunction range(dev, compute, ch11::name(a, pipe));
         if (forward) {
-          if (k == 0 || (k == S - 1 && !first)) batches[static_cast<size_t>(a.micro)]->load(model, step, a.micro);
           if (k > 0) model.set_input(u.first, take(inputs));
           for (int unit = u.first; unit <= u.last; ++unit) model.forward(unit, compute);
           if (k < S - 1) out = model.take_output(u.last), out_to = pipe.rank_of(k + 1);
@@ -249,6 +267,12 @@ void lesson(Job& job) {
              "(P - 1) / (V M + P - 1)");
   job.rank_figure("bubble", idle, "", "this rank's compute idle over the last step");
   job.figure("peak_allocated_MiB", MiB(static_cast<double>(dev.allocator().peak_allocated())), "MiB", "measured, rank 0 (the first stage)");
+  // The activations: rank 0's peak above what it held before the first step (parameters,
+  // gradients, AdamW's moments, the batches), against what the schedule keeps in flight.
+  job.figure("activations_MiB", MiB(static_cast<double>(dev.allocator().peak_allocated() - before_steps)), "MiB",
+             "rank 0's peak allocated less what it held before the first step");
+  job.figure("activations_schedule_MiB", MiB(static_cast<double>(ch11::peak_held(ticks, chunk_bytes))), "MiB",
+             "rank 0: the most micro-batches' saved activations the schedule keeps at once");
 
   // 6. The proof: the ranks' parameters put together equal single-rank training.
   if (dev.computes() && setup.check_reference) {

@@ -35,6 +35,8 @@
 // time, and a stage waits only for the data it needs.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -175,6 +177,20 @@ inline std::vector<std::vector<Tick>> lockstep(const Pipeline& p, const std::vec
                                   " every rank waits for a pass that has not run (" + stuck + ")");
     }
   }
+}
+
+// The most a rank holds at once when each forward keeps bytes(action) until its backward: the
+// schedule's promise about activation memory (GPipe: all M micro-batches; 1F1B: P - s).
+template <class Bytes>
+int64_t peak_held(const std::vector<Tick>& ticks, Bytes&& bytes) {
+  int64_t held = 0, most = 0;
+  for (const Tick& t : ticks) {
+    if (!t.run) continue;
+    const Action forward{Pass::forward, t.run->micro, t.run->chunk};
+    held += t.run->pass == Pass::forward ? bytes(forward) : -bytes(forward);
+    most = std::max(most, held);
+  }
+  return most;
 }
 
 }  // namespace ch11

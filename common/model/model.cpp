@@ -151,16 +151,32 @@ void place_params(const std::vector<ParamInfo>& params, const std::vector<int>& 
   }
 }
 
-ActivationBytes gpt_activation_bytes(const GPTConfig& c, int64_t B, int64_t T) {
-  const auto f32 = [](int64_t elements) { return static_cast<int64_t>(CachingAllocator::round_size(static_cast<size_t>(elements) * 4)); };
+namespace {
+int64_t f32_block(int64_t elements) {
+  return static_cast<int64_t>(CachingAllocator::round_size(static_cast<size_t>(elements) * 4));
+}
+}  // namespace
+
+int64_t gpt_unit_activation_bytes(const GPTConfig& c, int unit, int64_t B, int64_t T) {
+  if (unit < 0 || unit > c.layers + 1)
+    throw std::invalid_argument("gpt_unit_activation_bytes: unit " + std::to_string(unit) + " of " +
+                                std::to_string(c.layers + 2));
   const int64_t BT = B * T, BTC = BT * c.channels;
+  if (unit == 0) return f32_block(BTC);  // the embeddings' sum
   // A block's Acts: nine [B,T,C]-sized tensors (ln1, q, k, v, o, atty, x2, ln2, out), qkv
   // [B,T,3C], fch and fch_gelu [B,T,4C], four [B,T] layernorm statistics, the lse [B,NH,T].
-  const int64_t block = 9 * f32(BTC) + f32(3 * BTC) + 2 * f32(4 * BTC) + 4 * f32(BT) + f32(B * c.heads * T);
+  if (unit <= c.layers)
+    return 9 * f32_block(BTC) + f32_block(3 * BTC) + 2 * f32_block(4 * BTC) + 4 * f32_block(BT) +
+           f32_block(B * c.heads * T);
+  // The head: ln_f's output and statistics, the logits, the per-position losses.
+  return f32_block(BTC) + 2 * f32_block(BT) + f32_block(BT * c.vocab) + f32_block(BT);
+}
+
+ActivationBytes gpt_activation_bytes(const GPTConfig& c, int64_t B, int64_t T) {
   ActivationBytes a;
-  a.saved = f32(BTC) /* embeddings */ + c.layers * block + f32(BTC) + 2 * f32(BT) /* ln_f */ +
-            f32(BT * c.vocab) /* logits */ + f32(BT) /* losses */;
-  a.head_backward = f32(BT * c.vocab) /* dlogits */ + 2 * f32(BTC) /* dlnf, dresidual */;
+  for (int u = 0; u < c.layers + 2; ++u) a.saved += gpt_unit_activation_bytes(c, u, B, T);
+  const int64_t BT = B * T, BTC = BT * c.channels;
+  a.head_backward = f32_block(BT * c.vocab) /* dlogits */ + 2 * f32_block(BTC) /* dlnf, dresidual */;
   return a;
 }
 

@@ -91,6 +91,8 @@ struct ActivationBytes {
   int64_t head_backward = 0;
 };
 ActivationBytes gpt_activation_bytes(const GPTConfig& cfg, int64_t B, int64_t T);
+// What one unit's forward keeps until its backward, its output included (the next unit's input).
+int64_t gpt_unit_activation_bytes(const GPTConfig& cfg, int unit, int64_t B, int64_t T);
 // Forward + backward FLOPs of one step over `tokens` tokens of length T, the standard count:
 // 6 x (parameters in matmuls) x tokens + the attention scores and mixing (causal pairs only).
 double gpt_step_flops(const GPTConfig& cfg, int64_t tokens, int64_t T);

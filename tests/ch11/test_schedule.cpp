@@ -100,9 +100,7 @@ TEST_CASE("ch11: GPipe holds M micro-batches' activations, 1F1B at most P - s on
     INFO(c.schedule << ", P " << p.ranks << ", M " << p.micro_batches);
     const std::vector<std::vector<Tick>> ticks = play(c);
     for (int r = 0; r < p.ranks; ++r) {
-      int held = 0, most = 0;  // forwards run whose backward has not
-      for (const Tick& tick : ticks[r])
-        if (tick.run) most = std::max(most, held += tick.run->pass == Pass::forward ? 1 : -1);
+      const int64_t most = peak_held(ticks[r], [](const Action&) { return int64_t{1}; });  // micro-batches
       CHECK(most == (c.schedule == "gpipe" ? p.micro_batches : std::min(p.ranks - r, p.micro_batches)));
     }
   }

@@ -109,6 +109,11 @@ struct AppState {
   std::vector<std::vector<bool>> name_matches;  // [run][interned name], rebuilt when search changes
   size_t match_count = 0;                        // slices whose name matches, over every run
   int align_step = 2;  // compare: the step both runs are aligned at (the first after warm-up)
+  // Streams only: each rank's GPU streams and nothing else (no CPU thread, no memory), every
+  // rank open, so that many ranks fit one under another: a pipeline's stages read like the
+  // papers' diagrams. open_every_rank opens them all on the next frame (set when it turns on).
+  bool streams_only = false;
+  bool open_every_rank = false;
   // The operation whose row was clicked in the Compare tab ("" none): its slices are outlined in
   // both runs and the others dimmed, as a search does.
   std::string highlighted_op;
@@ -140,6 +145,7 @@ struct AppState {
     std::vector<OperationBox> operation_rows;  // the Compare tab's visible operation rows
     std::pair<ImVec2, ImVec2> search_field;                       // the toolbar's search box
     std::array<std::pair<ImVec2, ImVec2>, kCategories> category_boxes;  // its category checkboxes
+    std::pair<ImVec2, ImVec2> streams_only_box;                         // and its "streams only" one
   } layout;
 
   bool searching() const { return search[0] != '\0'; }

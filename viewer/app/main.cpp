@@ -2,7 +2,7 @@
 //
 //   shardlab-view [paths...] [--compare PATH] [--range T0:T1] [--size WxH]
 //                 [--screenshot out.png] [--state-out state.json] [--replay script.txt]
-//                 [--check] [--max-name-bytes N] [--max-file-bytes N] [--max-events N]
+//                 [--streams-only] [--check] [--max-name-bytes N] [--max-file-bytes N] [--max-events N]
 //   shardlab-view --help
 //
 // Paths are a run directory (every *.json and *.json.gz trace file in it) or trace files; without
@@ -39,14 +39,15 @@ struct Options {
   std::string compare, screenshot, state_out, replay;
   int width = 1600, height = 900;
   std::optional<std::pair<double, double>> range;
-  bool check = false;
+  bool check = false, streams_only = false;
   LoadLimits limits;
 };
 
 constexpr const char* kUsage =
     "usage: shardlab-view [paths...] [--compare PATH] [--range T0:T1] [--size WxH]\n"
     "                     [--screenshot out.png] [--state-out state.json] [--replay script.txt]\n"
-    "                     [--check] [--max-name-bytes N] [--max-file-bytes N] [--max-events N]\n";
+    "                     [--streams-only] [--check] [--max-name-bytes N] [--max-file-bytes N]\n"
+    "                     [--max-events N]\n";
 
 constexpr const char* kHelp =
     "\n"
@@ -67,6 +68,8 @@ constexpr const char* kHelp =
     "--state-out FILE    write what the view shows as JSON (with --screenshot, or on its own)\n"
     "--replay FILE       drive the window with a script of input events (viewer/app/replay.h),\n"
     "                    then write --state-out and --screenshot\n"
+    "--streams-only      show each rank's GPU streams only, every rank open (the toolbar's\n"
+    "                    \"streams only\"): many ranks one under another, a pipeline's stages\n"
     "--check             load the paths without a window, print each file's rank, events and\n"
     "                    whether it was read whole, and what did not open; exit 1 if a trace\n"
     "                    file did not open\n"
@@ -115,10 +118,14 @@ Options parse(int argc, char** argv) {
       o.check = true;
       continue;
     }
+    if (arg == "--streams-only") {
+      o.streams_only = true;
+      continue;
+    }
     if (arg != "--screenshot" && arg != "--size" && arg != "--range" && arg != "--compare" && arg != "--state-out" &&
         arg != "--replay" && arg != "--max-name-bytes" && arg != "--max-file-bytes" && arg != "--max-events")
       usage_error("unknown flag " + arg +
-                  "; allowed flags: --compare, --range, --size, --screenshot, --state-out, --replay, --check, "
+                  "; allowed flags: --compare, --range, --size, --screenshot, --state-out, --replay, --streams-only, --check, "
                   "--max-name-bytes, --max-file-bytes, --max-events, --help");
     if (i + 1 >= argc) usage_error(arg + ": missing value");
     const std::string value = argv[++i];
@@ -228,6 +235,7 @@ int main(int argc, char** argv) {
 
   Viewer v;
   v.initial_range = opt.range;
+  v.app.streams_only = opt.streams_only;
   v.limits = opt.limits;
   const LoadRequest request{opt.paths, opt.compare.empty() ? std::vector<std::string>{} : std::vector{opt.compare}, false,
                             opt.limits};

@@ -288,6 +288,11 @@ void toolbar(AppState& app) {
     ImGui::Checkbox(category_name(cat), &app.show_category[static_cast<size_t>(c)]);
     app.layout.category_boxes[static_cast<size_t>(c)] = {ImGui::GetItemRectMin(), ImGui::GetItemRectMax()};
   }
+  ImGui::SameLine(0, 24);
+  if (ImGui::Checkbox("streams only", &app.streams_only) && app.streams_only) app.open_every_rank = true;
+  app.layout.streams_only_box = {ImGui::GetItemRectMin(), ImGui::GetItemRectMax()};
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("each rank's GPU streams only, every rank open: no CPU thread, no memory");
   if (app.runs.size() > 1 && !app.runs[0].model.ranks.empty()) {
     ImGui::SameLine(0, 24);
     ImGui::SetNextItemWidth(90);

@@ -178,6 +178,7 @@ void timeline(AppState& app, float height) {
         char fold[64];
         std::snprintf(fold, sizeof fold, ranks == 2 ? "rank %d" : "ranks %d to %d", run.model.ranks[1].rank,
                       run.model.ranks.back().rank);
+        if (app.open_every_rank) ImGui::SetNextItemOpen(true);
         others_open = ImGui::TreeNodeEx(fold, ImGuiTreeNodeFlags_NoTreePushOnOpen | ImGuiTreeNodeFlags_SpanAvailWidth);
       }
       if (!others_open) {  // folded: no lanes, so nothing to draw or to hit
@@ -188,13 +189,15 @@ void timeline(AppState& app, float height) {
       std::vector<float>& ys = f.lane_y[r][k];
       ys.assign(rank.lanes.size(), NAN);
       ImGui::PushID(k);
-      ImGui::SetNextItemOpen(app.runs.size() == 1 || k == 0, ImGuiCond_Once);
+      if (app.open_every_rank) ImGui::SetNextItemOpen(true);
+      else ImGui::SetNextItemOpen(app.runs.size() == 1 || k == 0, ImGuiCond_Once);
       char header[96];
       std::snprintf(header, sizeof header, "rank %d", rank.rank);
       const bool open = ImGui::CollapsingHeader(header);
       if (open) {
         for (int l = 0; l < static_cast<int>(rank.lanes.size()); ++l) {
           const Lane& lane = rank.lanes[l];
+          if (app.streams_only && !lane.device) continue;
           const ImVec2 p = ImGui::GetCursorScreenPos();
           const float h = static_cast<float>(lane.max_depth + 1) * kRowHeight + 2 * kLanePad;
           ImGui::Dummy({width, h});
@@ -207,7 +210,7 @@ void timeline(AppState& app, float height) {
           draw_lane(dl, app, r, k, l, p.y, f);
           dl->PopClipRect();
         }
-        if (!rank.counters.empty()) {
+        if (!rank.counters.empty() && !app.streams_only) {
           const ImVec2 p = ImGui::GetCursorScreenPos();
           ImGui::Dummy({width, kCounterHeight});
           if (ImGui::IsItemVisible()) {
@@ -227,6 +230,7 @@ void timeline(AppState& app, float height) {
     }
     ImGui::PopID();
   }
+  if (!app.runs.empty()) app.open_every_rank = false;  // opened this frame; now the user folds what they like
 
   dl->PushClipRect({f.map.x0, clip0.y}, {track_x1, clip_y1}, true);
   if (app.range) {

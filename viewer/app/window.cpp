@@ -258,6 +258,7 @@ void Viewer::on_drop(int count, const char** paths) {
 
 void Viewer::show(std::vector<Run> runs) {
   app.set_runs(std::move(runs));
+  app.open_every_rank = app.streams_only;  // new runs: every rank open again, in streams-only mode
   if (headless_)
     for (const Run& run : app.runs)
       for (const NotOpened& n : run.model.not_opened)
