@@ -245,9 +245,15 @@ void MpiComm::run(const Call& call, Stream& s) {
 int64_t MpiComm::record_issued(const Call& call, int64_t seq) {
   const std::string op = call.kind ? std::string(collective_name(*call.kind)) : "sendrecv";
   const int64_t count = std::max(call.in_nelems, call.out_nelems);
+  // A sendrecv's peers as ranks in the job: who it waits for (failure.cpp tells a deadlock by them).
+  const int to = call.to >= 0 ? world_ranks_[call.to] : -1, from = call.from >= 0 ? world_ranks_[call.from] : -1;
+  std::string peers;
+  if (to >= 0) peers += "; to rank " + std::to_string(to);
+  if (from >= 0) peers += "; from rank " + std::to_string(from);
   waiting_for_ = op + " #" + std::to_string(seq) + " on " + name_ + " (" + std::to_string(count) + " " +
-                 std::string(kineto_dtype(call.dtype)) + ")";
-  return Watchdog::get().flight().issued(seq, op, name_, world_ranks_, count, std::string(kineto_dtype(call.dtype)));
+                 std::string(kineto_dtype(call.dtype)) + peers + ")";
+  return Watchdog::get().flight().issued(seq, op, name_, world_ranks_, count, std::string(kineto_dtype(call.dtype)), to,
+                                         from);
 }
 
 void MpiComm::wait(MPI_Request* requests, int n) const { Watchdog::get().wait(requests, n, waiting_for_); }

@@ -14,10 +14,11 @@ using json = nlohmann::json;
 // --- FlightRecorder
 
 int64_t FlightRecorder::issued(int64_t seq, std::string op, const std::string& group,
-                               const std::vector<int>& group_ranks, int64_t count, std::string dtype) {
+                               const std::vector<int>& group_ranks, int64_t count, std::string dtype, int to, int from) {
   if (entries_.size() == kCapacity) entries_.pop_front(), ++first_id_;
   groups_.emplace(group, group_ranks);
-  entries_.push_back({seq, std::move(op), group, count, std::move(dtype), State::issued, Watchdog::get().elapsed_s()});
+  entries_.push_back(
+      {seq, std::move(op), group, count, std::move(dtype), State::issued, Watchdog::get().elapsed_s(), to, from});
   return first_id_ + static_cast<int64_t>(entries_.size()) - 1;
 }
 
@@ -29,7 +30,7 @@ void FlightRecorder::set(int64_t id, State s) {
 json FlightRecorder::to_json() const {
   static const char* names[] = {"issued", "started", "done"};
   json entries = json::array();
-  for (const Entry& e : entries_)
+  for (const Entry& e : entries_) {
     entries.push_back({{"seq", e.seq},
                        {"op", e.op},
                        {"group", e.group},
@@ -37,6 +38,8 @@ json FlightRecorder::to_json() const {
                        {"dtype", e.dtype},
                        {"state", names[static_cast<int>(e.state)]},
                        {"issued_s", e.issued_s}});
+    if (e.to >= 0 || e.from >= 0) entries.back()["to"] = e.to, entries.back()["from"] = e.from;
+  }
   json groups = json::object();
   for (const auto& [name, ranks] : groups_) groups[name] = ranks;
   return {{"entries", entries}, {"groups", groups}};

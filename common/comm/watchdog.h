@@ -71,11 +71,12 @@ class FlightRecorder {
     std::string dtype;
     State state = State::issued;
     double issued_s = 0;  // wall time since the watchdog started
+    int to = -1, from = -1;  // a sendrecv's peers, ranks in the job (-1: no send, no receive)
   };
 
   // Records an operation as issued and returns its id for started() and done().
   int64_t issued(int64_t seq, std::string op, const std::string& group, const std::vector<int>& group_ranks,
-                 int64_t count, std::string dtype);
+                 int64_t count, std::string dtype, int to = -1, int from = -1);
   void started(int64_t id) { set(id, State::started); }
   void done(int64_t id) { set(id, State::done); }
   // {"entries": [oldest .. newest], "groups": {name: [world ranks]}}

@@ -2,11 +2,14 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -55,9 +58,50 @@ std::string diagnose_hang(const std::map<int, json>& records) {
                                     " (" + it->second["state"].get<std::string>() + ")") +
            "; it was waiting in " + records.at(r).value("waiting_in", std::string("nothing (busy elsewhere)"));
   };
+  // Sendrecvs that wait for each other: every rank stuck in one waits for peers that are stuck
+  // in sendrecvs of their own, none the match of another's (a pipeline whose send order
+  // deadlocks). Each is named with its peers; no rank is behind, so the rule below does not apply.
+  std::set<std::string> deadlocked;
+  for (const auto& [group, members] : groups) {
+    std::map<int, json> stuck;  // rank -> its sendrecv still waiting
+    for (int r : members)
+      if (auto it = last_p2p.find({group, r}); it != last_p2p.end() && it->second["state"] != "done" &&
+                                                it->second.contains("to"))
+        stuck[r] = it->second;
+    if (stuck.empty()) continue;
+    const bool cycle = std::all_of(stuck.begin(), stuck.end(), [&](const std::pair<const int, json>& entry) {
+      const json& e = entry.second;
+      return (e["to"] < 0 || stuck.count(e["to"].get<int>())) && (e["from"] < 0 || stuck.count(e["from"].get<int>()));
+    });
+    if (!cycle) continue;
+    // Matching pairs (r sends to q, q receives from r) would complete: only a sendrecv whose peer
+    // waits in another one makes a deadlock (otherwise the timeout came from elsewhere).
+    const bool unmatched = std::any_of(stuck.begin(), stuck.end(), [&](const std::pair<const int, json>& entry) {
+      const int r = entry.first;
+      const json& e = entry.second;
+      return (e["to"] >= 0 && stuck.at(e["to"].get<int>())["from"] != r) ||
+             (e["from"] >= 0 && stuck.at(e["from"].get<int>())["to"] != r);
+    });
+    if (!unmatched) continue;
+    deadlocked.insert(group);
+    std::string out = "sendrecvs on " + group + " wait for each other: ";
+    std::vector<int> waiting;
+    for (const auto& [r, e] : stuck) {
+      waiting.push_back(r);
+      std::string peers;
+      if (e["to"] >= 0) peers += "sending to rank " + std::to_string(e["to"].get<int>());
+      if (e["from"] >= 0) peers += (peers.empty() ? "" : ", ") + std::string("receiving from rank ") + std::to_string(e["from"].get<int>());
+      out += (r == stuck.begin()->first ? "" : "; ") + std::string("rank ") + std::to_string(r) + " in #" +
+             std::to_string(e["seq"].get<int64_t>()) + " (" + peers + ")";
+    }
+    out += ". Each waits for a peer held in a sendrecv of its own that is not the match: the order the ranks issue "
+           "their sends and receives deadlocks";
+    found.push_back({out + "\n", true, waiting, {}});
+  }
   // Send/recv pairs, numbered per rank: in a ring every member issues as many. Ranks waiting in
   // their sendrecv #k while a member has issued fewer than k are waiting for that member.
   for (const auto& [group, members] : groups) {
+    if (deadlocked.count(group)) continue;
     int64_t top = 0;
     for (int r : members)
       if (auto it = last_p2p.find({group, r}); it != last_p2p.end() && it->second["state"] != "done")

@@ -8,6 +8,9 @@
 //                 without a wait: the run finishes, the race check reports it, exit status 3;
 //   --mode skip-sendrecv  it skips that step's ring sendrecv (each rank sends to the next):
 //                 the rank after it waits for it, and the job ends naming the skipper;
+//   --mode deadlock-sendrecv  in that step every rank sends to the next before it receives, in
+//                 two calls instead of one sendrecv: each waits in its send for a receive the
+//                 next has not issued, and the job ends naming the ranks that wait for each other;
 //   --mode host-oom  it asks the host for more memory than any machine has (std::bad_alloc):
 //                 the job ends saying what ran out and which flags make the run smaller;
 //   --mode skip-loss  it records no loss for that step, so it skips the step's last
@@ -34,9 +37,10 @@ int main(int argc, char** argv) {
   const auto add_flags = [](Flags& f) {
     f.add_int("failing-rank", &failing_rank, 0, 1 << 20, "the rank that goes wrong");
     f.add_int("failing-step", &failing_step, 1, 1 << 20, "the step (from 1) in which it does");
-    f.add_choice("mode", &mode, {"throw", "skip", "race", "skip-loss", "skip-sendrecv", "host-oom"},
+    f.add_choice("mode", &mode, {"throw", "skip", "race", "skip-loss", "skip-sendrecv", "deadlock-sendrecv", "host-oom"},
                  "throw: it throws; skip: it skips that step's all-reduce; race: it forgets a wait; "
                  "skip-loss: it skips the step's closing loss all-reduce; skip-sendrecv: it skips the step's ring sendrecv; "
+                 "deadlock-sendrecv: every rank sends before it receives, in two calls; "
                  "host-oom: it runs out of host memory");
   };
   const ChapterInfo chapter{.id = "fail_one_rank", .title = "A failing rank", .default_steps = 2};
@@ -55,9 +59,12 @@ int main(int argc, char** argv) {
       if (wrong && mode == "race") ops::fill(dev, side, t, 2.0f);  // no wait before the all-reduce reads t
       if (!(wrong && mode == "skip")) job.world().all_reduce(t, ReduceOp::sum, dev.compute_stream());
       if (mode == "skip-loss" && !wrong) s.set_loss(1.0);  // the others join the step's loss all-reduce
-      if (mode == "skip-sendrecv" && !wrong) {  // a ring shift, as chapter 08's KV exchange
-        const int n = job.world_size(), r = job.rank();
+      const int n = job.world_size(), r = job.rank();
+      if (mode == "skip-sendrecv" && !wrong)  // a ring shift, as chapter 08's KV exchange
         job.world().sendrecv(t, (r + 1) % n, ring, (r + n - 1) % n, dev.compute_stream());
+      if (mode == "deadlock-sendrecv" && step + 1 == failing_step) {  // every rank: the send alone, first
+        job.world().sendrecv(t, (r + 1) % n, Tensor{}, -1, dev.compute_stream());
+        job.world().sendrecv(Tensor{}, -1, ring, (r + n - 1) % n, dev.compute_stream());
       }
     }
     dev.free(t);

@@ -121,6 +121,13 @@ shardlab_failed_run_test("a rank that skips the step's closing loss all-reduce i
 shardlab_failed_run_test("a rank that skips a ring sendrecv is named, not the ranks waiting for it" failed_skip_sendrecv 3 18
   "'collective timeout \\(--collective-timeout 5 s\\): sendrecv #3 on world was issued by ranks 0, 2, waiting for a peer, and never by rank 1' --not 'never by ranks? [02]'"
   "--mode skip-sendrecv --steps 4 --failing-step 3 --collective-timeout 5" "--failed-rank 1 --kind timeout --steps 2")
+# Every rank sends before it receives, in two calls: a ring of sends, each waiting for a receive
+# its peer never issues (a pipeline schedule's send order that deadlocks, chapter 11). The
+# diagnosis names every rank with its peers, not a rank left behind. Whichever rank times out
+# first reports: no --failed-rank to check.
+shardlab_failed_run_test("sendrecvs that wait for each other are named as a deadlock with their peers" failed_deadlock_sendrecv 3 18
+  "'collective timeout \\(--collective-timeout 5 s\\): sendrecvs on world wait for each other: rank 0 in #1 \\(sending to rank 1\\); rank 1 in #1 \\(sending to rank 2\\); rank 2 in #1 \\(sending to rank 0\\)' --not 'never by'"
+  "--mode deadlock-sendrecv --steps 3 --failing-step 2 --collective-timeout 5" "")
 shardlab_failed_run_test("a rank out of host memory says so and what to change, every trace written" failed_host_oom 2 60
   "'rank 1: error: out of host memory \\(std::bad_alloc\\)' --also 'use --compute skip' --not 'terminate called'"
   "--mode host-oom --steps 4 --failing-step 3" "")

@@ -101,6 +101,32 @@ TEST_CASE("hang diagnosis: a ring sendrecv rank 1 skipped names rank 1, not the 
         "rank 1's last on world: sendrecv #2 (done); it was waiting in allreduce #4 on world (16 Float)\n");
 }
 
+TEST_CASE("hang diagnosis: sendrecvs that wait for each other are named with their peers as a deadlock", "[run]") {
+  // A pipeline of 3 whose rank 1 sends its backward's gradient before it receives the forward's
+  // input: rank 0 sends to 1, which sends to 0 and waits for 2, which waits for 1.
+  std::map<int, Rank> ranks;
+  for (int r : kWorld3) ranks[r].done(1, "sendrecv", "world", kWorld3);
+  const auto stuck = [&](int r, int64_t seq, int to, int from) {
+    ranks[r].flight.issued(seq, "sendrecv", "world", kWorld3, 6144, "Float", to, from);
+    ranks[r].waiting_in = "sendrecv #" + std::to_string(seq) + " on world";
+  };
+  SECTION("a deadlock") {
+    stuck(0, 5, 1, -1);
+    stuck(1, 6, 0, 2);
+    stuck(2, 4, -1, 1);
+    CHECK(diagnose_hang(reports(ranks)) ==
+          "sendrecvs on world wait for each other: rank 0 in #5 (sending to rank 1); rank 1 in #6 (sending to rank 0, "
+          "receiving from rank 2); rank 2 in #4 (receiving from rank 1). Each waits for a peer held in a sendrecv of "
+          "its own that is not the match: the order the ranks issue their sends and receives deadlocks\n");
+  }
+  SECTION("matching sendrecvs are not a deadlock (the timeout came from elsewhere)") {
+    stuck(0, 5, 1, -1);
+    stuck(1, 5, 2, 0);
+    stuck(2, 5, -1, 1);
+    CHECK(diagnose_hang(reports(ranks)).empty());
+  }
+}
+
 TEST_CASE("hang diagnosis: a rank left behind in one split group is named in that group alone", "[run]") {
   const std::vector<int> world = {0, 1, 2, 3}, left = {0, 1}, right = {2, 3};
   std::map<int, Rank> ranks;
