@@ -135,6 +135,18 @@ function(shardlab_reference_trace_test name target run ranks)
   set_tests_properties("${name}: the reference trace in traces/${run} is what the code writes" PROPERTIES TIMEOUT 300 PROCESSORS ${ranks})
 endfunction()
 
+# The same for a run committed gzipped (every rank<R>.json.gz, summary.json as it is): the run is
+# regenerated and each rank's file compared with the committed one, decompressed.
+function(shardlab_reference_trace_gz_test name target run ranks)
+  string(JOIN " " args ${ARGN})
+  set(dir ${RUNS}/reference_${name})
+  math(EXPR last "${ranks} - 1")
+  set(title "${name}: the reference trace in traces/${run} (gzipped) is what the code writes")
+  add_test(NAME "${title}"
+           COMMAND sh -c "rm -rf '${dir}' && mkdir -p '${dir}' && cd '${dir}' && ${MPIRUN_SH} -np ${ranks} $<TARGET_FILE:${target}> ${args} --trace-dir traces --run-name ${run} > /dev/null && cmp traces/${run}/summary.json '${PROJECT_SOURCE_DIR}/traces/${run}/summary.json' && for r in $(seq 0 ${last}); do gzip -dc '${PROJECT_SOURCE_DIR}/traces/${run}/rank'$r'.json.gz' | cmp - traces/${run}/rank$r.json || exit 1; done || { echo 'traces/${run} differs: regenerate it (traces/README.md)'; exit 1; }")
+  set_tests_properties("${title}" PROPERTIES TIMEOUT 300 PROCESSORS ${ranks})
+endfunction()
+
 # A chapter's Catch2 cases in its MPI test binary (chNN/mpi_test_*.cpp, shardlab_chNN_mpi_tests,
 # tagged [tag]): one ctest entry a world size, "<name>, world N". Two processors each: the ranks
 # oversubscribe the cores.

@@ -15,6 +15,7 @@
 // copy of wte, and the two copies' gradients are summed between the first and the last stage
 // before the optimizer, so both take the same step (Megatron's embedding group).
 
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <optional>
@@ -42,6 +43,7 @@ int64_t micro_batches = 4;
 int64_t virtual_stages = 0;  // 0: 2 under interleaving, 1 otherwise
 std::string schedule = "1f1b";
 std::string split = "flops";
+bool print_schedule = false;
 
 ch11::Pipeline pipeline_of(int P) {
   const int V = static_cast<int>(virtual_stages > 0 ? virtual_stages : schedule == "interleaved" ? 2 : 1);
@@ -58,6 +60,8 @@ void add_flags(Flags& f) {
   f.add_choice("split", &split, {"even", "flops"},
                "how the model's units are cut into stages: even (as many units a stage) or flops (the costliest stage as "
                "cheap as it can be)");
+  f.add_bool("print-schedule", &print_schedule,
+             "print every rank's passes tick by tick (F3: forward of micro-batch 3, ..: waiting), then train");
   f.add_int("virtual-stages", &virtual_stages, 0, 64,
             "model chunks a rank holds (V), for --schedule interleaved; 0: 2 when interleaved, else 1");
   f.add_check([](const RunShape& run) {
@@ -117,12 +121,10 @@ void lesson(Job& job) {
   }
   const std::vector<ParamInfo>& params = models[0]->params();
   std::vector<int> mine;
-  std::string held;
   for (int c = 0; c < pipe.chunks; ++c) {
     const ch11::Units u = stages[static_cast<size_t>(pipe.stage(s, c))];
     for (int unit = u.first; unit <= u.last; ++unit)
       for (int i : models[0]->params_of_unit(unit)) mine.push_back(i);
-    held += (c ? ", " : "") + std::to_string(u.first) + ".." + std::to_string(u.last);
   }
   const bool wte_copy = last && P > 1;
   if (wte_copy) mine.insert(mine.begin(), 0);
@@ -147,13 +149,29 @@ void lesson(Job& job) {
   }
   // The tied embedding's two copies: the first and the last rank (every rank splits).
   std::unique_ptr<Comm> embedding_group = job.world().split(first || last ? 0 : 1, s);
-  job.say("model " + setup.model + ": " + std::to_string(U) + " units in " + std::to_string(S) + " stages over " +
-          std::to_string(P) + " ranks; rank " + std::to_string(s) + " holds units " + held);
+  // The cut, and what each stage costs a micro-batch (forward and backward, gpt_unit_flops).
+  std::string cut = "model " + setup.model + ": " + std::to_string(U) + " units in " + std::to_string(S) +
+                    " stages over " + std::to_string(P) + " ranks (--split " + split + ")";
+  for (int k = 0; k < S; ++k) {
+    double flops = 0;
+    for (int u = stages[static_cast<size_t>(k)].first; u <= stages[static_cast<size_t>(k)].last; ++u)
+      flops += gpt_unit_flops(cfg, u, batches[0]->rows() * setup.T, setup.T);
+    char cost[64];
+    std::snprintf(cost, sizeof cost, "%.3f GFLOP a micro-batch", flops / 1e9);
+    cut += "\n  stage " + std::to_string(k) + " (rank " + std::to_string(pipe.rank_of(k)) + "): units " +
+           std::to_string(stages[static_cast<size_t>(k)].first) + ".." + std::to_string(stages[static_cast<size_t>(k)].last) +
+           ", " + cost;
+  }
+  job.say(cut);
 
   // Every rank's passes on one clock, and what crosses after each (schedule.h).
   std::vector<std::vector<ch11::Action>> orders;
   for (int r = 0; r < P; ++r) orders.push_back(ch11::order(schedule, pipe, r));
-  const std::vector<ch11::Tick> ticks = ch11::lockstep(pipe, orders)[static_cast<size_t>(s)];
+  const std::vector<std::vector<ch11::Tick>> all_ticks = ch11::lockstep(pipe, orders);
+  const std::vector<ch11::Tick>& ticks = all_ticks[static_cast<size_t>(s)];
+  if (print_schedule)
+    job.say(std::string("the schedule, one column a tick") + (pipe.chunks > 1 ? " (F3.1: micro-batch 3's forward through chunk 1)" : "") +
+            ":\n" + ch11::draw(all_ticks, pipe));
 
   const Shape act{batches[0]->rows(), setup.T, cfg.channels};
   // What a micro-batch's forward through one of this rank's chunks keeps until its backward:

@@ -179,6 +179,26 @@ inline std::vector<std::vector<Tick>> lockstep(const Pipeline& p, const std::vec
   }
 }
 
+// Every rank's ticks as the papers draw them, a row a rank, a column a tick ("..": it waits):
+//   rank 0  F0 F1 F2 F3 .. .. .. B0 F4 B1 ...
+inline std::string draw(const std::vector<std::vector<Tick>>& ticks, const Pipeline& p) {
+  size_t width = 2;
+  for (const auto& row : ticks)
+    for (const Tick& t : row)
+      if (t.run) width = std::max(width, name(*t.run, p).size());
+  std::string out;
+  for (size_t r = 0; r < ticks.size(); ++r) {
+    out += "rank " + std::to_string(r) + " ";
+    for (const Tick& t : ticks[r]) {
+      const std::string cell = t.run ? name(*t.run, p) : "..";
+      out += " " + cell + std::string(width - cell.size(), ' ');
+    }
+    while (out.back() == ' ') out.pop_back();
+    out += "\n";
+  }
+  return out;
+}
+
 // The most a rank holds at once when each forward keeps bytes(action) until its backward: the
 // schedule's promise about activation memory (GPipe: all M micro-batches; 1F1B: P - s).
 template <class Bytes>

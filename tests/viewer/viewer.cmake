@@ -41,7 +41,7 @@ if(TARGET shardlab-view AND XVFB_RUN)
   # Each chapter README shows a viewer screenshot of its reference trace with the command that
   # made it: the command is rerun as written (into the build tree) and its picture checked.
   foreach(chapter 00_streams_events 01_ring_allreduce 02_naive_ddp 03_bucketed_ddp 04_fsdp 05_prefetch 06_rate_limit 07_hsdp
-                  08_context_parallel 09_fsdp2)
+                  08_context_parallel 09_fsdp2 10_tensor_parallel 11_pipeline_parallel)
     add_test(NAME "viewer: the README screenshot command of chapter ${chapter} works"
              COMMAND ${Python3_EXECUTABLE} ${TESTS}/viewer/check_readme_screenshot.py $<TARGET_FILE:shardlab-view>
                      ${PROJECT_SOURCE_DIR}/chapters/${chapter}/README.md ${VIEWER_OUT}/readme/${chapter}.png)
@@ -109,6 +109,13 @@ if(TARGET shardlab-view AND XVFB_RUN)
            COMMAND sh -c "rm -rf '${_dir}' && ${_ch07} --sharding full --run-name full > /dev/null && ${_ch07} --run-name hybrid > /dev/null && ${XVFB_RUN} -a $<TARGET_FILE:shardlab-view> '${_dir}/full' --compare '${_dir}/hybrid' --size 1600x900 --state-out '${_dir}/state.json' > /dev/null && ${Python3_EXECUTABLE} -c \"import json,sys; s=json.load(open(sys.argv[1]))['layout']; L=s['lanes']; seen={(l['run'], l['rank']) for l in L}; print(sorted(seen)); whole=[l['name'] for l in L if l['run'] == 1 and l['y'] + l['height'] <= s['tracks_bottom']]; print(whole); sys.exit(0 if seen == {(0, 0), (1, 0)} and len(whole) >= 2 else 1)\" '${_dir}/state.json'")
   set_tests_properties("${_name}" PROPERTIES TIMEOUT 180 RESOURCE_LOCK xvfb PROCESSORS 2)
 
+  # --streams-only: every rank of both runs open, and nothing but their GPU streams (the lanes a
+  # pipeline's stages read on, chapter 11).
+  set(_name "viewer: --streams-only shows every rank's streams of both runs and no CPU thread")
+  add_test(NAME "${_name}"
+           COMMAND sh -c "${XVFB_RUN} -a $<TARGET_FILE:shardlab-view> '${PROJECT_SOURCE_DIR}/traces/11_gpipe' --compare '${PROJECT_SOURCE_DIR}/traces/11_1f1b' --streams-only --size 1600x1200 --state-out '${VIEWER_OUT}/streams_only.json' > /dev/null && ${Python3_EXECUTABLE} -c \"import json,sys; s=json.load(open(sys.argv[1])); L=s['layout']['lanes']; seen={(l['run'], l['rank']) for l in L}; names={l['name'] for l in L}; print(sorted(seen), sorted(names)); sys.exit(0 if s['streams_only'] and seen == {(r, k) for r in (0, 1) for k in range(4)} and names == {'stream 7 compute', 'stream 8 p2p'} and all(l['device'] for l in L) else 1)\" '${VIEWER_OUT}/streams_only.json'")
+  set_tests_properties("${_name}" PROPERTIES TIMEOUT 120 RESOURCE_LOCK xvfb)
+
   # The README's picture of PyTorch's DDP against FSDP: its caption's command, rerun as written.
   set(_name "viewer: the README screenshot command of PyTorch's DDP against FSDP works")
   add_test(NAME "${_name}"
@@ -120,5 +127,5 @@ endif()
 
 if(TARGET shardlab-view)
   add_test(NAME "viewer: --help and -h print the usage and every flag, and exit 0"
-           COMMAND sh -c "for h in --help -h; do ${EXPECT_EXIT} 0 '^usage: shardlab-view' --also '--compare PATH' --also '--range T0:T1' --also '--size WxH' --also '--screenshot FILE' --also '--state-out FILE' --also '--replay FILE' --also '--check ' --also '--max-name-bytes N' --also '--max-file-bytes N' --also '--max-events N' --also '-h, --help' -- $<TARGET_FILE:shardlab-view> $h || exit 1; done")
+           COMMAND sh -c "for h in --help -h; do ${EXPECT_EXIT} 0 '^usage: shardlab-view' --also '--compare PATH' --also '--range T0:T1' --also '--size WxH' --also '--screenshot FILE' --also '--state-out FILE' --also '--replay FILE' --also '--streams-only' --also '--check ' --also '--max-name-bytes N' --also '--max-file-bytes N' --also '--max-events N' --also '-h, --help' -- $<TARGET_FILE:shardlab-view> $h || exit 1; done")
 endif()
