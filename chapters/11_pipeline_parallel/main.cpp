@@ -25,6 +25,7 @@
 
 #include "02_naive_ddp/data_parallel.h"
 #include "11_pipeline_parallel/schedule.h"
+#include "11_pipeline_parallel/stage_replicas.h"
 #include "11_pipeline_parallel/stages.h"
 #include "run/train_flags.h"
 #include "trace/metrics.h"
@@ -40,18 +41,27 @@ TrainFlags train = [] {
   return t;
 }();
 int64_t micro_batches = 4;
+int64_t replicas = 1;  // D: copies of the pipeline (data parallelism)
 int64_t virtual_stages = 0;  // 0: 2 under interleaving, 1 otherwise
 std::string schedule = "1f1b";
 std::string split = "flops";
 bool print_schedule = false;
 
-ch11::Pipeline pipeline_of(int P) {
+// The pipeline of a world of `world` ranks: P = world / D stages of ranks.
+ch11::Pipeline pipeline_of(int world) {
+  const int P = world / static_cast<int>(replicas);
   const int V = static_cast<int>(virtual_stages > 0 ? virtual_stages : schedule == "interleaved" ? 2 : 1);
   return {P, V, static_cast<int>(micro_batches)};
 }
 
 void add_flags(Flags& f) {
-  f.add_check([](const RunShape& run) { train.sequence_ranks = run.world_size; });  // one pipeline: no data parallelism
+  f.add_int("dp", &replicas, 1, 1024,
+            "copies of the pipeline (D), each on its share of the batch, their gradients averaged: the world is D x P");
+  f.add_check([](const RunShape& run) {
+    require(run.world_size % replicas == 0, "--dp", replicas,
+            "a divisor of the " + std::to_string(run.world_size) + " ranks (the world is D x P)");
+    train.sequence_ranks = run.world_size / replicas;  // the P ranks of a pipeline share each sequence
+  });
   add_train_flags(f, train);
   f.add_int("micro-batches", &micro_batches, 1, 1024, "micro-batches a step (M): the global batch split M ways");
   f.add_choice("schedule", &schedule, {"gpipe", "1f1b", "interleaved"},
@@ -71,20 +81,25 @@ void add_flags(Flags& f) {
     const int64_t units = GPTConfig::preset(train.model).layers + 2;
     require(p.stages() <= units, "--model", train.model,
             "a model with at least as many units (" + std::to_string(units) + ": embeddings, blocks, head) as stages (" +
-                std::to_string(run.world_size) + " ranks x " + std::to_string(p.chunks) + " chunks)");
-    require(train.global_batch % micro_batches == 0, "--micro-batches", micro_batches,
-            "a divisor of the global batch " + std::to_string(train.global_batch));
-    require(schedule != "interleaved" || micro_batches % run.world_size == 0, "--micro-batches", micro_batches,
-            "a multiple of the " + std::to_string(run.world_size) +
-                " ranks under --schedule interleaved (micro-batches go through each chunk in groups of P)");
+                std::to_string(p.ranks) + " ranks x " + std::to_string(p.chunks) + " chunks)");
+    const int64_t share = train.global_batch / replicas;  // a replica's sequences a step
+    require(share % micro_batches == 0, "--micro-batches", micro_batches,
+            "a divisor of " + (replicas > 1 ? "a replica's " + std::to_string(share) + " sequences (the global batch " +
+                                                  std::to_string(train.global_batch) + " over --dp " +
+                                                  std::to_string(replicas) + ")"
+                                            : "the global batch " + std::to_string(train.global_batch)));
+    require(schedule != "interleaved" || micro_batches % p.ranks == 0, "--micro-batches", micro_batches,
+            "a multiple of the " + std::to_string(p.ranks) +
+                " pipeline ranks under --schedule interleaved (micro-batches go through each chunk in groups of P)");
   });
 }
 
-// Every stage reads the whole global batch, micro-batch by micro-batch (only the first and the
-// last use it: the tokens, the targets).
+// Every stage of replica d reads the replica's share of the global batch, micro-batch by
+// micro-batch (only the first and the last stage use it: the tokens, the targets).
 class MicroBatches : public ch02::BatchShare {
  public:
-  MicroBatches(Job& job, const TrainSetup& setup, int64_t M) : BatchShare(job, setup, M, ch02::DataShard{0, 1}, setup.T) {}
+  MicroBatches(Job& job, const TrainSetup& setup, int64_t M, ch02::DataShard replica)
+      : BatchShare(job, setup, M, replica, setup.T) {}
 };
 
 // A tensor that crossed from another rank, and the event after which it is there.
@@ -101,22 +116,26 @@ void lesson(Job& job) {
   Stream& p2p = dev.create_stream("p2p");
   TrainSetup setup = train_setup(train, job.steps(), job.flags().seed);
   const GPTConfig cfg = GPTConfig::preset(setup.model);
-  const int P = job.world_size(), s = job.rank(), M = static_cast<int>(micro_batches);
-  const ch11::Pipeline pipe = pipeline_of(P);
+  const int D = static_cast<int>(replicas), M = static_cast<int>(micro_batches);
+  const ch11::Pipeline pipe = pipeline_of(job.world_size());
+  const int P = pipe.ranks, s = job.rank() / D, d = job.rank() % D;  // this rank: stage s of replica d
+  // The pipeline this rank is a stage of (its ranks in stage order), and its stage's replicas.
+  std::unique_ptr<Comm> pipeline = job.world().split(d, s);
+  std::unique_ptr<Comm> stage_replicas = job.world().split(s, d);
   const int S = pipe.stages(), U = static_cast<int>(cfg.layers) + 2;
   const std::vector<ch11::Units> stages = ch11::split_units(split, cfg, S, setup.T);
   const bool first = s == 0, last = s == P - 1;  // the ranks of stage 0 and stage S - 1
   job.set_strategy(std::string(schedule == "gpipe" ? "GPipe" : schedule == "1f1b" ? "1F1B" : "interleaved 1F1B") +
                    ", " + std::to_string(P) + " ranks" +
                    (pipe.chunks > 1 ? " x " + std::to_string(pipe.chunks) + " chunks" : std::string()) + ", " +
-                   std::to_string(M) + " micro-batches");
+                   std::to_string(M) + " micro-batches" + (D > 1 ? ", " + std::to_string(D) + " replicas" : std::string()));
 
   // 1. One model object a micro-batch (each keeps its own activations), every one bound to the
   //    rank's parameters and gradients: its chunks' units, and the tied wte on the last rank.
   std::vector<std::unique_ptr<MicroBatches>> batches;
   std::vector<std::unique_ptr<GPT>> models;
   for (int m = 0; m < M; ++m) {
-    batches.push_back(std::make_unique<MicroBatches>(job, setup, M));
+    batches.push_back(std::make_unique<MicroBatches>(job, setup, M, ch02::DataShard{d, D}));
     models.push_back(std::make_unique<GPT>(dev, cfg, batches.back()->rows(), setup.T));
   }
   const std::vector<ParamInfo>& params = models[0]->params();
@@ -147,18 +166,34 @@ void lesson(Job& job) {
     }
     copy_to_device(dev, compute, weights, values.data());
   }
-  // The tied embedding's two copies: the first and the last rank (every rank splits).
-  std::unique_ptr<Comm> embedding_group = job.world().split(first || last ? 0 : 1, s);
+  // The tied embedding's two copies: the first and the last stage of the pipeline (every rank splits).
+  std::unique_ptr<Comm> embedding_group = pipeline->split(first || last ? 0 : 1, s);
+  // The replicas of this stage average each unit's gradients as soon as they are final.
+  std::map<int, std::pair<int64_t, int64_t>> unit_runs;
+  for (int64_t offset = 0; int i : mine) {
+    const int64_t count = params[static_cast<size_t>(i)].shape.numel();
+    if (!(wte_copy && offset == 0)) {
+      auto [it, added] = unit_runs.try_emplace(params[static_cast<size_t>(i)].unit, offset, 0);
+      it->second.second += count;
+    }
+    offset += count;
+  }
+  ch11::StageReplicas dp(dev, stage_replicas.get(), grads, unit_runs);
   // The cut, and what each stage costs a micro-batch (forward and backward, gpt_unit_flops).
   std::string cut = "model " + setup.model + ": " + std::to_string(U) + " units in " + std::to_string(S) +
-                    " stages over " + std::to_string(P) + " ranks (--split " + split + ")";
+                    " stages over " + std::to_string(P) + " ranks (--split " + split + ")" +
+                    (D > 1 ? ", " + std::to_string(D) + " replicas of the pipeline" : std::string());
   for (int k = 0; k < S; ++k) {
     double flops = 0;
     for (int u = stages[static_cast<size_t>(k)].first; u <= stages[static_cast<size_t>(k)].last; ++u)
       flops += gpt_unit_flops(cfg, u, batches[0]->rows() * setup.T, setup.T);
     char cost[64];
     std::snprintf(cost, sizeof cost, "%.3f GFLOP a micro-batch", flops / 1e9);
-    cut += "\n  stage " + std::to_string(k) + " (rank " + std::to_string(pipe.rank_of(k)) + "): units " +
+    const int r = pipe.rank_of(k);  // its rank in the pipeline; ranks r D .. r D + D - 1 in the world
+    cut += "\n  stage " + std::to_string(k) +
+           (D > 1 ? " (ranks " + std::to_string(r * D) + ".." + std::to_string(r * D + D - 1) + ")"
+                  : " (rank " + std::to_string(r) + ")") +
+           ": units " +
            std::to_string(stages[static_cast<size_t>(k)].first) + ".." + std::to_string(stages[static_cast<size_t>(k)].last) +
            ", " + cost;
   }
@@ -196,6 +231,7 @@ void lesson(Job& job) {
     if (first || last)
       for (int m = 0; m < M; ++m) batches[static_cast<size_t>(m)]->load(*models[static_cast<size_t>(m)], step, m);
     std::map<std::pair<int, int>, Arrival> inputs, output_grads;  // (micro, chunk) -> what arrived for it
+    std::vector<int> backwards(static_cast<size_t>(pipe.chunks), 0);  // backward passes run, a chunk
     for (const ch11::Tick& tick : ticks) {
       // 2. This tick's pass, if the rank has one.
       Tensor out;  // what the pass hands to a neighbour
@@ -224,7 +260,11 @@ void lesson(Job& job) {
           if (k < S - 1) out = model.take_output(u.last), out_to = pipe.rank_of(k + 1);
         } else {
           if (k < S - 1) model.set_output_grad(take(output_grads));
-          for (int unit = u.last; unit >= u.first; --unit) model.backward(unit, compute);
+          const bool final_pass = ++backwards[static_cast<size_t>(a.chunk)] == M;  // the chunk's gradients end here
+          for (int unit = u.last; unit >= u.first; --unit) {
+            model.backward(unit, compute);
+            if (final_pass) dp.unit_done(unit, compute);
+          }
           if (k > 0) out = model.take_input_grad(), out_to = pipe.rank_of(k - 1);
         }
       }
@@ -247,7 +287,7 @@ void lesson(Job& job) {
         }
         if (to < 0 && from < 0) return;
         if (to >= 0) dev.wait(p2p, dev.record(compute));
-        job.world().sendrecv(to >= 0 ? out : Tensor{}, to, received, from, p2p);
+        pipeline->sendrecv(to >= 0 ? out : Tensor{}, to, received, from, p2p);
         if (to >= 0) {
           dev.record_stream(out, p2p);
           dev.free(out);
@@ -257,18 +297,24 @@ void lesson(Job& job) {
       exchange(sends_forward, tick.forward_input, -1, inputs);
       exchange(sends_backward, tick.output_grad, +1, output_grads);
     }
-    // 4. The tied embedding's gradient summed over its two copies, then AdamW on the rank's
-    //    parameters, once the compute stream has every gradient.
+    // 4. The tied copy's average over the replicas, then the compute stream waits for every
+    //    reduction; the tied embedding's gradient summed over its two copies; AdamW on the
+    //    rank's parameters.
+    dp.finish(0, wte_copy ? params[0].shape.numel() : 0, compute);
     if (P > 1 && (first || last)) {
       const int64_t wte = params[0].shape.numel();
       embedding_group->all_reduce(grads.view(0, {wte}), ReduceOp::sum, compute);
     }
     ops::adamw(dev, compute, weights, grads, adam_m, adam_v, step + 1, setup.adamw);
-    // The loss lives on the last rank: every rank reports that one.
+    // The loss lives on the last stage: every rank reports the mean of the replicas' (ranks
+    // (P - 1) D .. P D - 1).
     double loss = 0;
     if (last)
       for (auto& model : models) loss += model->mean_loss(compute) / M;
-    st.set_loss(job.every_rank(loss).back());
+    const std::vector<double> losses = job.every_rank(loss);
+    double mean_loss = 0;
+    for (int r = 0; r < D; ++r) mean_loss += losses[static_cast<size_t>((P - 1) * D + r)] / D;
+    st.set_loss(mean_loss);
     st.set_tokens(batches[0]->tokens_per_step());
   }
 
@@ -284,6 +330,13 @@ void lesson(Job& job) {
   job.figure("bubble_formula", static_cast<double>(P - 1) / static_cast<double>(pipe.chunks * M + P - 1), "",
              "(P - 1) / (V M + P - 1)");
   job.rank_figure("bubble", idle, "", "this rank's compute idle over the last step");
+  if (const Stream* reductions = dp.stream()) {
+    // The replicas' all-reduces on rank 0 (the first stage, whose last gradients come last).
+    const StepWindow window = dev.trace().timeline().steps.back();
+    const StreamMetrics m = stream_metrics(dev.trace().timeline(), reductions->id(), window.start_us, window.end_us);
+    job.figure("dp_comm_ms", m.busy_us / 1000.0, "ms", "rank 0's all-reduces over the replicas, the last step");
+    job.figure("dp_exposed_ms", m.exposed_comm_us / 1000.0, "ms", "the part of them no compute hid");
+  }
   job.figure("peak_allocated_MiB", MiB(static_cast<double>(dev.allocator().peak_allocated())), "MiB", "measured, rank 0 (the first stage)");
   // The activations: rank 0's peak above what it held before the first step (parameters,
   // gradients, AdamW's moments, the batches), against what the schedule keeps in flight.
@@ -302,7 +355,7 @@ void lesson(Job& job) {
       std::vector<float> local(static_cast<size_t>(n)), natural(static_cast<size_t>(gpt_num_params(cfg)), 0.0f);
       copy_to_host(dev, compute, local.data(), buffer);
       place_params(params, placed, local.data() + skipped, natural);
-      return ch02::summed_over(dev, job.world(), std::move(natural));
+      return ch02::summed_over(dev, *pipeline, std::move(natural));
     };
     ch02::check_against_reference(job, setup, whole(weights), whole(adam_m));
   }

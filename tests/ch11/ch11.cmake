@@ -20,6 +20,25 @@ foreach(case "1;3;2" "2;2;2" "2;4;4" "3;6;2" "4;4;2" "4;12;2")
   add_test(NAME "${test}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch11> --schedule interleaved --virtual-stages ${v} --micro-batches ${m} --trace-dir ${RUNS} --run-name ch11_interleaved_np${np}_m${m}_v${v})
   set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
 endforeach()
+# Pipeline x data parallelism: D copies of the pipeline, their stages' gradients averaged (P = 1
+# is plain DDP, every stage's output handed on in place).
+foreach(case "4;2;gpipe;3" "4;2;1f1b;3" "6;2;interleaved;3" "3;3;1f1b;2" "6;3;1f1b;2")
+  list(GET case 0 np)
+  list(GET case 1 dp)
+  list(GET case 2 schedule)
+  list(GET case 3 m)
+  set(test "ch11: --dp ${dp} replicas of a ${schedule} pipeline over ${np} ranks equal single-rank training")
+  add_test(NAME "${test}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch11> --dp ${dp} --schedule ${schedule} --micro-batches ${m} --trace-dir ${RUNS} --run-name ch11_dp${dp}_${schedule}_np${np})
+  set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
+endforeach()
+add_test(NAME "ch11: --dp that does not divide the world exits 2 naming the flag"
+         COMMAND ${EXPECT_EXIT} 2 "--dp: got '3'; allowed: a divisor of the 4 ranks \\(the world is D x P\\)" --not "step 1/"
+                 -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch11> --dp 3)
+set_tests_properties("ch11: --dp that does not divide the world exits 2 naming the flag" PROPERTIES PROCESSORS 4)
+add_test(NAME "ch11: --micro-batches that does not divide a replica's share exits 2 naming the flag"
+         COMMAND ${EXPECT_EXIT} 2 "--micro-batches: got '4'; allowed: a divisor of a replica's 6 sequences \\(the global batch 12 over --dp 2\\)" --not "step 1/"
+                 -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch11> --dp 2)
+set_tests_properties("ch11: --micro-batches that does not divide a replica's share exits 2 naming the flag" PROPERTIES PROCESSORS 4)
 add_test(NAME "ch11: more stages than the model has units exits 2 naming the model"
          COMMAND ${EXPECT_EXIT} 2 "--model: got 'tiny'; allowed: a model with at least as many units \\(4: embeddings, blocks, head\\) as stages \\(3 ranks x 2 chunks\\)" --not "step 1/"
                  -- ${MPIRUN} -np 3 $<TARGET_FILE:shardlab_ch11> --model tiny --schedule interleaved --micro-batches 3)
@@ -29,7 +48,7 @@ add_test(NAME "ch11: --virtual-stages without interleaving exits 2 naming the fl
                  -- ${MPIRUN} -np 2 $<TARGET_FILE:shardlab_ch11> --virtual-stages 2)
 set_tests_properties("ch11: --virtual-stages without interleaving exits 2 naming the flag" PROPERTIES PROCESSORS 2)
 add_test(NAME "ch11: interleaving with micro-batches not a multiple of the ranks exits 2 naming the flag"
-         COMMAND ${EXPECT_EXIT} 2 "--micro-batches: got '6'; allowed: a multiple of the 4 ranks under --schedule interleaved" --not "step 1/"
+         COMMAND ${EXPECT_EXIT} 2 "--micro-batches: got '6'; allowed: a multiple of the 4 pipeline ranks under --schedule interleaved" --not "step 1/"
                  -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch11> --schedule interleaved --micro-batches 6)
 set_tests_properties("ch11: interleaving with micro-batches not a multiple of the ranks exits 2 naming the flag" PROPERTIES PROCESSORS 4)
 add_test(NAME "ch11: --micro-batches that does not divide the global batch exits 2 naming the flag"
