@@ -47,6 +47,7 @@ shardlab_notebook_test(07_hsdp.ipynb)
 shardlab_notebook_test(08_context_parallel.ipynb)
 shardlab_notebook_test(09_fsdp2.ipynb)
 shardlab_notebook_test(10_tensor_parallel.ipynb)
+shardlab_notebook_test(11_pipeline_parallel.ipynb)
 
 # Every Catch2 case defined in the sources is run by exactly one ctest entry, and every entry runs
 # one case (a name CMake or Catch2 reads differently would give entries that run nothing).
