@@ -79,6 +79,7 @@ inline std::vector<Action> gpipe(const Pipeline& p, int /*rank*/) {
 }
 
 inline std::vector<Action> one_f_one_b(const Pipeline& p, int rank) {
+  // lab: begin 11.one-f-one-b "1F1B: the warm-up's forwards, one forward and one backward in turn, the backwards left" #the-schedule-on-one-clock uses(p, rank)
   const int M = p.micro_batches, warmup = std::min(p.ranks - rank - 1, M);
   std::vector<Action> order;
   for (int m = 0; m < warmup; ++m) order.push_back({Pass::forward, m});
@@ -88,6 +89,7 @@ inline std::vector<Action> one_f_one_b(const Pipeline& p, int rank) {
   }
   for (int m = M - warmup; m < M; ++m) order.push_back({Pass::backward, m});
   return order;
+  // lab: end
 }
 
 // Megatron-LM's order (forward_backward_pipelining_with_interleaving): the rank's k-th forward
@@ -129,16 +131,42 @@ struct Tick {
 // The stage an action of `rank` runs on.
 inline int stage_of(const Pipeline& p, int rank, const Action& a) { return p.stage(rank, a.chunk); }
 
+// When each pass ran on the clock: ran(pass, micro, stage) is its tick, -1 before it ran.
+class Clock {
+ public:
+  explicit Clock(const Pipeline& p) : stages_(p.stages()), ticks_(2 * static_cast<size_t>(p.micro_batches * p.stages()), -1) {}
+  int ran(Pass pass, int micro, int stage) const { return ticks_[index(pass, micro, stage)]; }
+  void run(Pass pass, int micro, int stage, int tick) { ticks_[index(pass, micro, stage)] = tick; }
+
+ private:
+  size_t index(Pass pass, int micro, int stage) const {
+    return (static_cast<size_t>(pass == Pass::backward) * ticks_.size() / 2) + static_cast<size_t>(micro * stages_ + stage);
+  }
+  int stages_;
+  std::vector<int> ticks_;
+};
+
+// Whether pass `a` on stage k (of S) may run at `tick`: what it needs ran at an earlier tick. A
+// forward needs the previous stage's forward of its micro-batch (the activation it takes in); a
+// backward needs its own stage's forward (the activations it differentiates) and the next
+// stage's backward (its output's gradient). The first stage's forward takes the tokens, the last
+// stage's backward starts from the loss.
+inline bool can_run(const Clock& clock, const Action& a, int k, int S, int tick) {
+  // lab: begin 11.ready "a pass may run once what it needs ran at an earlier tick" #the-schedule-on-one-clock uses(clock, a, k, S, tick)
+  const auto before = [&](Pass pass, int stage) {
+    const int t = clock.ran(pass, a.micro, stage);
+    return t >= 0 && t < tick;
+  };
+  if (a.pass == Pass::forward) return k == 0 || before(Pass::forward, k - 1);
+  return before(Pass::forward, k) && (k == S - 1 || before(Pass::backward, k + 1));
+  // lab: end
+}
+
 // Every rank's ticks for the given orders (lockstep above). An order that can never finish (a
 // pass waiting for one that waits for it) throws, naming each rank's stuck pass.
 inline std::vector<std::vector<Tick>> lockstep(const Pipeline& p, const std::vector<std::vector<Action>>& orders) {
-  const int P = p.ranks, S = p.stages(), M = p.micro_batches;
-  // done[pass][micro][stage]: the tick it ran at, -1 before.
-  std::vector<std::vector<std::vector<int>>> done(2, std::vector<std::vector<int>>(M, std::vector<int>(S, -1)));
-  const auto ran_before = [&](Pass pass, int micro, int stage, int tick) {
-    const int t = done[pass == Pass::forward ? 0 : 1][micro][stage];
-    return t >= 0 && t < tick;
-  };
+  const int P = p.ranks, S = p.stages();
+  Clock clock(p);
   std::vector<std::vector<Tick>> ticks(P);
   std::vector<size_t> next(P, 0);
   for (int tick = 0;; ++tick) {
@@ -149,13 +177,10 @@ inline std::vector<std::vector<Tick>> lockstep(const Pipeline& p, const std::vec
       finished = false;
       const Action& a = orders[r][next[r]];
       const int k = stage_of(p, r, a);
-      const bool ready = a.pass == Pass::forward ? (k == 0 || ran_before(Pass::forward, a.micro, k - 1, tick))
-                                                 : ran_before(Pass::forward, a.micro, k, tick) &&
-                                                       (k == S - 1 || ran_before(Pass::backward, a.micro, k + 1, tick));
-      if (!ready) continue;
+      if (!can_run(clock, a, k, S, tick)) continue;
       progress = true;
       ticks[r][tick].run = a;
-      done[a.pass == Pass::forward ? 0 : 1][a.micro][k] = tick;
+      clock.run(a.pass, a.micro, k, tick);
       ++next[r];
       // What this pass hands on, and to whom.
       if (a.pass == Pass::forward && k < S - 1)

@@ -37,6 +37,7 @@ inline std::vector<Units> even_split(int units, int stages) {
 // Contiguous runs of `cost` into `stages` non-empty runs, the largest run's sum as small as it can
 // be (the classic linear partition; of equal cuts, the one whose stages begin earliest).
 inline std::vector<Units> balanced_split(const std::vector<double>& cost, int stages) {
+  // lab: begin 11.balance "the cut whose costliest stage is the cheapest (the linear partition)" #the-bubble-measured-balance-the-stages-first uses(cost, stages)
   const int U = static_cast<int>(cost.size());
   std::vector<double> prefix(static_cast<size_t>(U) + 1, 0.0);
   for (int u = 0; u < U; ++u) prefix[u + 1] = prefix[u] + cost[u];
@@ -58,6 +59,7 @@ inline std::vector<Units> balanced_split(const std::vector<double>& cost, int st
     u = cut[k][u];
   }
   return out;
+  // lab: end
 }
 
 // The stages' units for `split` ("even" or "flops") over S stages.

@@ -27,7 +27,7 @@ foreach(case "4;2;gpipe;3" "4;2;1f1b;3" "6;2;interleaved;3" "3;3;1f1b;2" "6;3;1f
   list(GET case 1 dp)
   list(GET case 2 schedule)
   list(GET case 3 m)
-  set(test "ch11: --dp ${dp} replicas of a ${schedule} pipeline over ${np} ranks equal single-rank training")
+  set(test "ch11: --dp ${dp} x --schedule ${schedule} over ${np} ranks equals single-rank training")
   add_test(NAME "${test}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch11> --dp ${dp} --schedule ${schedule} --micro-batches ${m} --trace-dir ${RUNS} --run-name ch11_dp${dp}_${schedule}_np${np})
   set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
 endforeach()
