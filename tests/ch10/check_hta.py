@@ -11,30 +11,21 @@ sequence parallelism (every f and g is on the compute stream's critical path), a
 rank for async tensor parallelism (its exchanges run under the matmuls). HTA analyses every
 ProfilerStep but the last: step 1 of the 2.
 """
-import logging
 import os
-import shutil
 import sys
-import tempfile
-import warnings
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import hta_runs  # noqa: E402
 
 
 def main():
-    try:
-        from hta.trace_analysis import TraceAnalysis
-    except ImportError:
-        print("skipped: Holistic Trace Analysis is not installed (pip install HolisticTraceAnalysis)")
+    if not hta_runs.available():
         return 77
-    warnings.filterwarnings("ignore")
-    logging.disable(logging.WARNING)
     traces = sys.argv[1]
     problems = []
     for run, overlapped in (("10_tensor_parallel", False), ("10_sequence_parallel", False), ("10_async_tp", True)):
-        with tempfile.TemporaryDirectory() as tmp:  # HTA reads every .json in the directory: the ranks only
-            for name in os.listdir(os.path.join(traces, run)):
-                if name.startswith("rank"):
-                    shutil.copy(os.path.join(traces, run, name), tmp)
-            overlap = TraceAnalysis(trace_dir=tmp).get_comm_comp_overlap(visualize=False)
+        with hta_runs.analysis(traces, run) as t:
+            overlap = t.get_comm_comp_overlap(visualize=False)
         pct = dict(zip(overlap["rank"], overlap["comp_comm_overlap_pctg"]))
         print(f"{run}: HTA's communication overlapped with computation, per rank: "
               + ", ".join(f"rank {r} {p:.2f}%" for r, p in sorted(pct.items())))

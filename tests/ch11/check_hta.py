@@ -12,23 +12,17 @@ must take about twice its forward (its matmuls do twice the FLOPs: 1.8 to 2.2 ti
 rank's passes must take the same time under both schedules (within 1 %): a schedule moves the
 passes, it does not change them. HTA analyses every ProfilerStep but the last: step 1 of the 2.
 """
-import logging
 import os
-import shutil
 import sys
-import tempfile
-import warnings
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import hta_runs  # noqa: E402
 
 
 def passes(traces, run):
     """{rank: {name: mean duration in us}} of the run's gpu_user_annotation ranges, as HTA reads them."""
-    from hta.trace_analysis import TraceAnalysis
-
-    with tempfile.TemporaryDirectory() as tmp:  # HTA reads every trace file in the directory: the ranks only
-        for name in os.listdir(os.path.join(traces, run)):
-            if name.startswith("rank"):
-                shutil.copy(os.path.join(traces, run, name), tmp)
-        table = TraceAnalysis(trace_dir=tmp).get_gpu_user_annotation_breakdown(visualize=False, num_kernels=1000)
+    with hta_runs.analysis(traces, run) as t:
+        table = t.get_gpu_user_annotation_breakdown(visualize=False, num_kernels=1000)
     out = {}
     for _, row in table.iterrows():
         out.setdefault(int(row["rank"]), {})[row["name"]] = float(row["mean (us)"])
@@ -36,13 +30,8 @@ def passes(traces, run):
 
 
 def main():
-    try:
-        import hta  # noqa: F401
-    except ImportError:
-        print("skipped: Holistic Trace Analysis is not installed (pip install HolisticTraceAnalysis)")
+    if not hta_runs.available():
         return 77
-    warnings.filterwarnings("ignore")
-    logging.disable(logging.WARNING)
     traces = sys.argv[1]
     problems = []
     expected = {f"{kind}{m}" for kind in "FB" for m in range(8)}

@@ -44,6 +44,23 @@ struct TinyGPT {
   Tensor tokens = dev.empty({B, T}, DType::i32, s, "tokens"), targets = dev.empty({B, T}, DType::i32, s, "targets");
 };
 
+// GPT-2 small on a simulated device that skips the math (time, FLOPs and memory still counted),
+// bound to flat parameters and gradients, with a batch of B x 1024 tokens set.
+struct Gpt2SmallSkip {
+  explicit Gpt2SmallSkip(int64_t batch) : B(batch) {
+    model.bind_flat(params, grads);
+    model.set_batch(tokens, targets, 1.0f / static_cast<float>(B * T));
+  }
+
+  const GPTConfig cfg = GPTConfig::preset("gpt2-small");
+  const int64_t B, T = 1024, n = gpt_num_params(cfg);
+  SimDevice dev{load_profile("h100-8"), ComputeMode::skip, 0, 1};
+  Stream& s = dev.compute_stream();
+  GPT model{dev, cfg, B, T};
+  Tensor params = dev.empty({n}, DType::f32, s, "params"), grads = dev.empty({n}, DType::f32, s, "grads");
+  Tensor tokens = dev.empty({B, T}, DType::i32, s, "tokens"), targets = dev.empty({B, T}, DType::i32, s, "targets");
+};
+
 }  // namespace
 
 TEST_CASE("model: gpt2-small has GPT-2's 124,439,808 parameters (tied head), 7,087,872 per block", "[model]") {
@@ -93,22 +110,12 @@ TEST_CASE("model: initial parameters depend on the seed only", "[model]") {
   CHECK(std::sqrt(sq / static_cast<double>(n)) == Approx(0.02).epsilon(0.1));
 }
 
-// gpt2-small, one step under --compute skip: every kernel's declared FLOPs add up to the
-// standard count, and the memory counters move although no real memory is used.
 // Unit by unit: what each unit's kernels declare over its forward and backward is its share of
 // the count (chapter 11 balances pipeline stages by it); the units add up to the whole count
 // less wpe's lookup.
 TEST_CASE("model: each unit's declared FLOPs match gpt_unit_flops, and the units add up to the step's count", "[model]") {
-  const GPTConfig cfg = GPTConfig::preset("gpt2-small");
-  SimDevice dev(load_profile("h100-8"), ComputeMode::skip, 0, 1);
-  Stream& s = dev.compute_stream();
-  const int64_t B = 2, T = 1024, n = gpt_num_params(cfg);
-  GPT model(dev, cfg, B, T);
-  Tensor params = dev.empty({n}, DType::f32, s, "params");
-  Tensor grads = dev.empty({n}, DType::f32, s, "grads");
-  model.bind_flat(params, grads);
-  Tensor tokens = dev.empty({B, T}, DType::i32, s, "tokens"), targets = dev.empty({B, T}, DType::i32, s, "targets");
-  model.set_batch(tokens, targets, 1.0f / static_cast<float>(B * T));
+  Gpt2SmallSkip small(2);
+  auto& [cfg, B, T, n, dev, s, model, params, grads, tokens, targets] = small;
   std::vector<double> declared(static_cast<size_t>(model.units()));
   for (int u = 0; u < model.units(); ++u) {
     const double before = dev.trace().total_flops();
@@ -131,17 +138,11 @@ TEST_CASE("model: each unit's declared FLOPs match gpt_unit_flops, and the units
   CHECK_THROWS_WITH(gpt_unit_flops(cfg, 14, B * T, T), "gpt_unit_flops: unit 14 of 14");
 }
 
+// gpt2-small, one step under --compute skip: every kernel's declared FLOPs add up to the
+// standard count, and the memory counters move although no real memory is used.
 TEST_CASE("model: gpt2-small FLOPs per step match 6 N D + attention, skip mode accounts memory it never allocates", "[model]") {
-  const GPTConfig cfg = GPTConfig::preset("gpt2-small");
-  SimDevice dev(load_profile("h100-8"), ComputeMode::skip, 0, 1);
-  Stream& s = dev.compute_stream();
-  const int64_t B = 4, T = 1024, n = gpt_num_params(cfg);
-  GPT model(dev, cfg, B, T);
-  Tensor params = dev.empty({n}, DType::f32, s, "params");
-  Tensor grads = dev.empty({n}, DType::f32, s, "grads");
-  model.bind_flat(params, grads);
-  Tensor tokens = dev.empty({B, T}, DType::i32, s, "tokens"), targets = dev.empty({B, T}, DType::i32, s, "targets");
-  model.set_batch(tokens, targets, 1.0f / static_cast<float>(B * T));
+  Gpt2SmallSkip small(4);
+  auto& [cfg, B, T, n, dev, s, model, params, grads, tokens, targets] = small;
 
   const double before = dev.trace().total_flops();
   for (int u = 0; u < model.units(); ++u) model.forward(u, s);
