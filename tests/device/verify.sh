@@ -8,9 +8,9 @@
 # Stages (default: all, in this order, each under its own time limit; a stage that would start
 # after the overall budget is listed as not run):
 #   kernels   every CUDA kernel against its CPU op (relative errors printed)
-#   chapters  the GPU entries of ctest: chapters 00-10 at world 1 on NCCL and at worlds 2-4 on
+#   chapters  the GPU entries of ctest: chapters 00-11 at world 1 on NCCL and at worlds 2-4 on
 #             --comm mpi sharing the GPU, each chapter's own checks and the trace schema
-#   steps     every training chapter (02-10) at world 1 on gpt2-small: measured step time
+#   steps     every training chapter (02-11) at world 1 on gpt2-small: measured step time
 #             beside the sim's
 #   torch     the same gpt2-small step in PyTorch eager fp32 (tests/tools/torch_gpt2_step.py), and a
 #             Kineto trace of one such step (a current PyTorch's GPU trace, for the viewer)
@@ -191,7 +191,7 @@ torch() {
 }
 export -f kernels chapters sanitize bench steps torch
 export out work
-export training_chapters="02 03 04 05 06 07 08 09 10"
+export training_chapters="02 03 04 05 06 07 08 09 10 11"
 
 for s in "${stages[@]}"; do
   case $s in
