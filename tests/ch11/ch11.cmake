@@ -66,3 +66,18 @@ shardlab_readme_test(ch11 shardlab_ch11 11_pipeline_parallel)
 set(test "ch11: HTA reads the reference traces: every pass named on every rank, a backward twice its forward")
 add_test(NAME "${test}" COMMAND ${Python3_EXECUTABLE} ${TESTS}/ch11/check_hta.py ${PROJECT_SOURCE_DIR}/traces)
 set_tests_properties("${test}" PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300)
+# The lesson's claims on GPT-2 small (4 stages, 8 micro-batches, --compute skip), from the runs'
+# figures: GPipe and 1F1B take the same step; rank 0 keeps 8 micro-batches' activations under
+# GPipe, 4 under 1F1B, and the allocator sees the same working tensors above both; balanced by
+# FLOPs the bubble is within 0.02 of (P - 1) / (M + P - 1), cut evenly it is far above it.
+set(_small "--model gpt2-small --global-batch 8 --seq-len 1024 --micro-batches 8 --compute skip --steps 2")
+set(_runs "")
+foreach(run "gpipe;--schedule gpipe" "1f1b;--schedule 1f1b" "even;--split even")
+  list(GET run 0 name)
+  list(GET run 1 flags)
+  string(APPEND _runs "${MPIRUN_SH} -np 4 $<TARGET_FILE:shardlab_ch11> ${_small} ${flags} --trace-dir '${RUNS}' --run-name ch11_claims_${name} > /dev/null && ")
+endforeach()
+set(test "ch11: GPipe and 1F1B take the same step, keep M and P micro-batches' activations as measured, and balanced stages meet the bubble formula")
+add_test(NAME "${test}"
+         COMMAND sh -c "${_runs}${Python3_EXECUTABLE} ${TESTS}/harness/check_figures.py '${RUNS}/ch11_claims_1f1b/summary.json' --as gpipe '${RUNS}/ch11_claims_gpipe/summary.json' --as even '${RUNS}/ch11_claims_even/summary.json' 'abs(step_ms / gpipe_step_ms - 1) < 0.001' 'abs(gpipe_activations_schedule_MiB / activations_schedule_MiB - 2) < 1e-9' 'abs((activations_MiB - activations_schedule_MiB) - (gpipe_activations_MiB - gpipe_activations_schedule_MiB)) < 0.01' '0 < activations_MiB - activations_schedule_MiB < 0.1 * activations_schedule_MiB' '0 < bubble_mean - bubble_formula < 0.02' 'even_bubble_mean > 1.5 * even_bubble_formula'")
+set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS 4)
