@@ -5,7 +5,7 @@
 
 HTA (pip package HolisticTraceAnalysis) is not among the project's packages: without it this
 prints "skipped: ..." and exits 77, which ctest counts as skipped. With it, for the two reference
-runs (traces/11_gpipe and 11_1f1b: GPT-2 small, 4 stages, 8 micro-batches), HTA's
+runs (traces/11_gpipe and 11_pipeline_parallel, 1F1B: GPT-2 small, 4 stages, 8 micro-batches), HTA's
 get_gpu_user_annotation_breakdown must find the passes the chapter names on the compute streams
 (RecordFunction's gpu_user_annotation ranges): F0 .. F7 and B0 .. B7 on every rank; a backward
 must take about twice its forward (its matmuls do twice the FLOPs: 1.8 to 2.2 times); and each
@@ -35,7 +35,7 @@ def main():
     traces = sys.argv[1]
     problems = []
     expected = {f"{kind}{m}" for kind in "FB" for m in range(8)}
-    found = {run: passes(traces, run) for run in ("11_gpipe", "11_1f1b")}
+    found = {run: passes(traces, run) for run in ("11_gpipe", "11_pipeline_parallel")}
     for run, ranks in found.items():
         if sorted(ranks) != [0, 1, 2, 3]:
             problems.append(f"{run}: HTA found annotations on ranks {sorted(ranks)}, not 0-3")
@@ -48,9 +48,9 @@ def main():
             print(f"{run} rank {rank}: a forward {forward:.0f} us, a backward {backward:.0f} us ({backward / forward:.2f}x)")
             if not 1.8 <= backward / forward <= 2.2:
                 problems.append(f"{run} rank {rank}: a backward takes {backward / forward:.2f} x its forward, not about 2")
-    for rank in set(found["11_gpipe"]) & set(found["11_1f1b"]):
+    for rank in set(found["11_gpipe"]) & set(found["11_pipeline_parallel"]):
         for name, us in found["11_gpipe"][rank].items():
-            other = found["11_1f1b"][rank].get(name)
+            other = found["11_pipeline_parallel"][rank].get(name)
             if other is not None and abs(other - us) > 0.01 * us:
                 problems.append(f"rank {rank} {name}: {us:.0f} us under GPipe, {other:.0f} us under 1F1B")
     for p in problems:

@@ -3,7 +3,7 @@
     import hta_runs
     if not hta_runs.available():
         sys.exit(77)                       # ctest's "skipped"
-    with hta_runs.analysis("traces", "11_1f1b") as t:
+    with hta_runs.analysis("traces", "11_pipeline_parallel") as t:
         t.get_gpu_user_annotation_breakdown(visualize=False)
 
 HTA (pip package HolisticTraceAnalysis) is not among the project's packages. It reads every trace

@@ -113,7 +113,7 @@ if(TARGET shardlab-view AND XVFB_RUN)
   # pipeline's stages read on, chapter 11).
   set(_name "viewer: --streams-only shows every rank's streams of both runs and no CPU thread")
   add_test(NAME "${_name}"
-           COMMAND sh -c "${XVFB_RUN} -a $<TARGET_FILE:shardlab-view> '${PROJECT_SOURCE_DIR}/traces/11_gpipe' --compare '${PROJECT_SOURCE_DIR}/traces/11_1f1b' --streams-only --size 1600x1200 --state-out '${VIEWER_OUT}/streams_only.json' > /dev/null && ${Python3_EXECUTABLE} -c \"import json,sys; s=json.load(open(sys.argv[1])); L=s['layout']['lanes']; seen={(l['run'], l['rank']) for l in L}; names={l['name'] for l in L}; print(sorted(seen), sorted(names)); sys.exit(0 if s['streams_only'] and seen == {(r, k) for r in (0, 1) for k in range(4)} and names == {'stream 7 compute', 'stream 8 p2p'} and all(l['device'] for l in L) else 1)\" '${VIEWER_OUT}/streams_only.json'")
+           COMMAND sh -c "${XVFB_RUN} -a $<TARGET_FILE:shardlab-view> '${PROJECT_SOURCE_DIR}/traces/11_gpipe' --compare '${PROJECT_SOURCE_DIR}/traces/11_pipeline_parallel' --streams-only --size 1600x1200 --state-out '${VIEWER_OUT}/streams_only.json' > /dev/null && ${Python3_EXECUTABLE} -c \"import json,sys; s=json.load(open(sys.argv[1])); L=s['layout']['lanes']; seen={(l['run'], l['rank']) for l in L}; names={l['name'] for l in L}; print(sorted(seen), sorted(names)); sys.exit(0 if s['streams_only'] and seen == {(r, k) for r in (0, 1) for k in range(4)} and names == {'stream 7 compute', 'stream 8 p2p'} and all(l['device'] for l in L) else 1)\" '${VIEWER_OUT}/streams_only.json'")
   set_tests_properties("${_name}" PROPERTIES TIMEOUT 120 RESOURCE_LOCK xvfb)
 
   # The README's picture of PyTorch's DDP against FSDP: its caption's command, rerun as written.
