@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
+#include <utility>
 
 #include "device/allocator.h"
 #include "model/attention.h"
@@ -172,6 +173,16 @@ int64_t gpt_unit_activation_bytes(const GPTConfig& c, int unit, int64_t B, int64
   return f32_block(BTC) + 2 * f32_block(BT) + f32_block(BT * c.vocab) + f32_block(BT);
 }
 
+int64_t gpt_unit_weight_grad_bytes(const GPTConfig& c, int unit, int64_t B, int64_t T) {
+  if (unit < 0 || unit > c.layers + 1)
+    throw std::invalid_argument("gpt_unit_weight_grad_bytes: unit " + std::to_string(unit) + " of " +
+                                std::to_string(c.layers + 2));
+  const int64_t BT = B * T, BTC = BT * c.channels;
+  if (unit == 0) return 0;
+  if (unit <= c.layers) return 5 * f32_block(BTC) + f32_block(3 * BTC) + 2 * f32_block(4 * BTC);
+  return f32_block(BTC) + f32_block(BT * c.vocab);
+}
+
 ActivationBytes gpt_activation_bytes(const GPTConfig& c, int64_t B, int64_t T) {
   ActivationBytes a;
   for (int u = 0; u < c.layers + 2; ++u) a.saved += gpt_unit_activation_bytes(c, u, B, T);
@@ -238,6 +249,7 @@ GPT::GPT(Device& dev, GPTConfig cfg, int64_t B, int64_t T, DType compute, Tensor
   weights_.resize(params_.size());
   grads_.resize(params_.size());
   for (int u = 0; u < units(); ++u) acts_.push_back(std::make_unique<Acts>());
+  weights_pass_.resize(static_cast<size_t>(units()));
 }
 
 // Activations still held (a forward without its backward, the last losses) go back to the pool.
@@ -248,6 +260,8 @@ GPT::~GPT() {
                       &a->logits, &a->losses})
       if (t->defined()) release(*t);
   if (dresidual_.defined()) release(dresidual_);
+  for (WeightPass& w : weights_pass_)
+    for (Tensor& t : w.kept) dev_.free(t);
 }
 
 void GPT::bind_flat(const Tensor& params, const Tensor& grads) {
@@ -320,9 +334,41 @@ void GPT::forward(int unit, Stream& s) {
 }
 
 void GPT::backward(int unit, Stream& s) {
+  WeightPass& w = weights_pass_.at(static_cast<size_t>(unit));
+  if (!w.gemms.empty()) throw std::logic_error("GPT::backward: unit " + std::to_string(unit) + "'s weight gradients of the last backward are still queued: run backward_weights first");
   if (unit == 0) backward_embeddings(s);
   else if (unit <= cfg_.layers) backward_block(unit - 1, s);
   else backward_head(s);
+  w = std::exchange(queued_, WeightPass{});
+}
+
+void GPT::backward_weights(int unit, Stream& s) {
+  WeightPass w = std::exchange(weights_pass_.at(static_cast<size_t>(unit)), WeightPass{});
+  for (const WeightGEMM& g : w.gemms) ops::matmul_backward_weight(dev_, s, g.dweight, g.dbias, g.dout, g.inp);
+  for (Tensor& t : w.kept) dev_.free(t);
+}
+
+void GPT::weight_grad(Stream& s, const Tensor& dweight, const Tensor& dbias, const Tensor& dout, const Tensor& inp) {
+  if (!split_backward_) return ops::matmul_backward_weight(dev_, s, dweight, dbias, dout, inp);
+  if (!dweight.defined() && !dbias.defined()) return;  // frozen, no bias: nothing to run
+  // The residual stream's gradient changes on as B goes down the block: W reads a copy of it.
+  Tensor out = dout;
+  if (dresidual_.defined() && dout.alloc_id == dresidual_.alloc_id) {
+    out = act(dout.shape, "dresidual (kept for W)", s);
+    ops::copy(dev_, s, out, dout);
+    queued_.kept.push_back(out);
+  }
+  queued_.gemms.push_back({dweight, dbias, out, inp});
+}
+
+void GPT::release(Tensor& t) {
+  for (const WeightGEMM& g : queued_.gemms)
+    if (t.alloc_id == g.dout.alloc_id || t.alloc_id == g.inp.alloc_id) {
+      queued_.kept.push_back(t);
+      t = Tensor{};
+      return;
+    }
+  dev_.free(t);
 }
 
 void GPT::set_input(int unit, const Tensor& x) {
@@ -461,7 +507,8 @@ void GPT::backward_head(Stream& s) {
     ops::crossentropy_backward(dev_, s, dlogits, a.logits, targets_, dloss_);
   Tensor lnf = tp_ ? tp_->f_forward(s, a.lnf) : a.lnf;
   Tensor dlnf = zeros({N, C}, "dlnf", s);
-  ops::matmul_backward(dev_, s, dlnf, grads_[0], Tensor{}, dlogits.view(0, {N, V}), lnf, w(0));
+  ops::matmul_backward_input(dev_, s, dlnf, dlogits.view(0, {N, V}), w(0));
+  weight_grad(s, grads_[0], Tensor{}, dlogits.view(0, {N, V}), lnf);
   replaced(lnf, a.lnf);
   if (tp_) dlnf = replaced(dlnf, tp_->f_backward(s, dlnf));
   // The residual stream's gradient starts here and flows back through every block.
@@ -495,13 +542,15 @@ void GPT::backward_block(int l, Stream& s) {
   // MLP, backwards. The residual passes dres straight through to x2; the branch adds to it.
   Tensor dfcproj = g_backward(11);
   Tensor dgelu = zeros({N, H}, "dgelu", s);
-  ops::matmul_backward(dev_, s, dgelu, g(10), row_bias(11), dfcproj, a.fch_gelu, wt(10));
+  ops::matmul_backward_input(dev_, s, dgelu, dfcproj, wt(10));
+  weight_grad(s, g(10), row_bias(11), dfcproj, a.fch_gelu);
   replaced(dfcproj, dres);
   Tensor dfch = zeros({N, H}, "dfch", s);
   ops::gelu_backward(dev_, s, dfch, a.fch, dgelu);
   Tensor ln2 = f_again(a.ln2);
   Tensor dln2 = zeros({N, C}, "dln2", s);
-  ops::matmul_backward(dev_, s, dln2, g(8), g(9), dfch, ln2, wt(8));
+  ops::matmul_backward_input(dev_, s, dln2, dfch, wt(8));
+  weight_grad(s, g(8), g(9), dfch, ln2);
   replaced(ln2, a.ln2);
   dln2 = f_backward(dln2);
   ops::layernorm_backward(dev_, s, dres, g(6), g(7), dln2, a.x2, wt(6), a.mean2, a.rstd2);
@@ -509,7 +558,8 @@ void GPT::backward_block(int l, Stream& s) {
   // Attention, backwards: dres is now d(x2).
   Tensor dproj = g_backward(5);
   Tensor datty = zeros({N, Ca}, "datty", s);
-  ops::matmul_backward(dev_, s, datty, g(4), row_bias(5), dproj, a.atty, wt(4));
+  ops::matmul_backward_input(dev_, s, datty, dproj, wt(4));
+  weight_grad(s, g(4), row_bias(5), dproj, a.atty);
   replaced(dproj, dres);
   Tensor d_o = zeros({B_, NH, T_, hs}, "d_o", s);
   ops::heads_merge_backward(dev_, s, d_o, datty.view(0, {B_, T_, Ca}));
@@ -524,7 +574,8 @@ void GPT::backward_block(int l, Stream& s) {
   ops::qkv_split_backward(dev_, s, dqkv.view(0, {B_, T_, 3 * Ca}), dq, dk, dv, static_cast<int>(NH));
   Tensor ln1 = f_again(a.ln1);
   Tensor dln1 = zeros({N, C}, "dln1", s);
-  ops::matmul_backward(dev_, s, dln1, g(2), g(3), dqkv, ln1, wt(2));
+  ops::matmul_backward_input(dev_, s, dln1, dqkv, wt(2));
+  weight_grad(s, g(2), g(3), dqkv, ln1);
   replaced(ln1, a.ln1);
   dln1 = f_backward(dln1);
   ops::layernorm_backward(dev_, s, dres, g(0), g(1), dln1, in.out.view(0, {R, C}), wt(0), a.mean1, a.rstd1);

@@ -93,6 +93,11 @@ struct ActivationBytes {
 ActivationBytes gpt_activation_bytes(const GPTConfig& cfg, int64_t B, int64_t T);
 // What one unit's forward keeps until its backward, its output included (the next unit's input).
 int64_t gpt_unit_activation_bytes(const GPTConfig& cfg, int unit, int64_t B, int64_t T);
+// What a unit's B keeps for its W under GPT::split_backward: each matmul's input and output
+// gradient. A block: ln1, atty, ln2 and two copies of the residual stream's gradient (the output
+// projections') [B,T,C], dqkv [B,T,3C], fch_gelu and dfch [B,T,4C]; the head: ln_f's output and
+// dlogits; the embeddings: nothing (no matmul).
+int64_t gpt_unit_weight_grad_bytes(const GPTConfig& cfg, int unit, int64_t B, int64_t T);
 // Forward + backward FLOPs of one step over `tokens` tokens of length T, the standard count:
 // 6 x (parameters in matmuls) x tokens + the attention scores and mixing (causal pairs only).
 double gpt_step_flops(const GPTConfig& cfg, int64_t tokens, int64_t T);
@@ -193,6 +198,15 @@ class GPT {
   void forward(int unit, Stream& s);
   void backward(int unit, Stream& s);
 
+  // Zero-bubble pipelines (chapter 11) cut a unit's backward in two: B, its input's gradient
+  // (what the stage before waits for), and W, its matmuls' weight gradients (what only the
+  // optimizer waits for). With split_backward(true), backward(unit) is B: it queues each weight
+  // GEMM, keeping the tensors it reads (its input, its output's gradient), and
+  // backward_weights(unit) runs the queue and frees them. The layer norms' and the embeddings'
+  // gradients stay in B: no GEMM, little work.
+  void split_backward(bool on) { split_backward_ = on; }
+  void backward_weights(int unit, Stream& s);
+
   // Pipeline parallelism (chapter 11): the residual stream crosses ranks between units. Before
   // the forward of a stage's first unit u > 0, set_input(u, x) hands it the previous stage's
   // output, which the model frees in u's backward; take_output(u) hands out a stage's last
@@ -214,7 +228,10 @@ class GPT {
   Tensor act(Shape shape, std::string_view name, Stream& s);
   Tensor stat(Shape shape, std::string_view name, Stream& s);
   Tensor zeros(Shape shape, std::string_view name, Stream& s);
-  void release(Tensor& t) { dev_.free(t); }
+  // Frees t, or under split_backward keeps it for the queued weight GEMM that reads it.
+  void release(Tensor& t);
+  // dweight += dout^T @ inp (dbias += column sums of dout): now, or queued under split_backward.
+  void weight_grad(Stream& s, const Tensor& dweight, const Tensor& dbias, const Tensor& dout, const Tensor& inp);
   // The residual stream's rows on this rank, as the units hand it on: [B, T, C] when whole.
   Shape residual_shape() const;
   // Frees `in` when a tensor-parallel call returned another tensor `out`; returns `out`.
@@ -245,6 +262,17 @@ class GPT {
   int64_t rows_;  // of the residual stream on this rank
   float dloss_ = 0;
   Tensor dresidual_;  // the gradient flowing back along the residual stream
+  // Under split_backward: the weight GEMMs a unit's B left, and the tensors kept for them.
+  struct WeightGEMM {
+    Tensor dweight, dbias, dout, inp;
+  };
+  struct WeightPass {
+    std::vector<WeightGEMM> gemms;
+    std::vector<Tensor> kept;
+  };
+  bool split_backward_ = false;
+  WeightPass queued_;                // the unit in backward now
+  std::vector<WeightPass> weights_pass_;  // per unit, from its B to its W
 };
 
 }  // namespace shardlab

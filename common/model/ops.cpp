@@ -574,18 +574,20 @@ void matmul_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& inp
 //   dinp[N, C]     += dout[N, OC] @ weight[OC, C]
 //   dweight[OC, C] += dout^T[OC, N] @ inp[N, C],  dbias[OC] += column sums of dout (N*OC FLOPs).
 // Both read the operands in place through strides; the gemm accumulates into the gradients.
+// Apart, they are what a zero-bubble pipeline (chapter 11) runs at different times.
 void matmul_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                      const Tensor& dout, const Tensor& inp, const Tensor& weight) {
   check_matmul("matmul_backward", dout, inp, weight, dbias);
-  require_float("matmul_backward", {dinp});
   require_shape(dinp, inp.shape, "matmul_backward", "dinp");
-  if (dweight.defined()) {
-    require_float("matmul_backward", {dweight});
-    require_shape(dweight, weight.shape, "matmul_backward", "dweight");
-  }
-  const int64_t OC = weight.shape[0], C = weight.shape[1], N = inp.numel() / std::max<int64_t>(C, 1);
-  const double flops = 2.0 * static_cast<double>(N * C * OC);
-  const Kernel kin = kernel("matmul_backward_input", flops, KernelClass::matmul,
+  if (dweight.defined()) require_shape(dweight, weight.shape, "matmul_backward", "dweight");
+  matmul_backward_input(dev, s, dinp, dout, weight);
+  matmul_backward_weight(dev, s, dweight, dbias, dout, inp);
+}
+
+void matmul_backward_input(Device& dev, Stream& s, const Tensor& dinp, const Tensor& dout, const Tensor& weight) {
+  check_matmul("matmul_backward_input", dout, dinp, weight, Tensor{});
+  const int64_t OC = weight.shape[0], C = weight.shape[1], N = dinp.numel() / std::max<int64_t>(C, 1);
+  const Kernel kin = kernel("matmul_backward_input", 2.0 * static_cast<double>(N * C * OC), KernelClass::matmul,
                             {reads(dout), reads(weight), reads(dinp), writes(dinp)});
   [[maybe_unused]] const bool bf16_in = all_bf16({&dinp, &dout, &weight});
   dev.launch(s, kin,
@@ -595,14 +597,31 @@ void matmul_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& d
                return;
              } const AsF32 f(kin.accesses, stream);
              cuda::matmul_backward_input(f(dinp), f(dout), f(weight), N, C, OC, stream)));
+}
+
+void matmul_backward_weight(Device& dev, Stream& s, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                            const Tensor& inp) {
   // A frozen weight (requires_grad=False) has no gradient: its GEMM is not run at all, a third
   // of the layer's backward FLOPs saved. A bias may still train on its own.
   if (!dweight.defined() && !dbias.defined()) return;
+  const char* op = "matmul_backward_weight";
+  require_float(op, {dout, inp});
+  const int64_t OC = last_dim(dout, op, "dout"), C = last_dim(inp, op, "inp"), N = inp.numel() / std::max<int64_t>(C, 1);
+  require_shape(dout, with_last_dim(inp.shape, OC), op, "dout");
+  if (dweight.defined()) {
+    require_float(op, {dweight});
+    require_shape(dweight, Shape{OC, C}, op, "dweight");
+  }
+  if (dbias.defined()) {
+    require_float(op, {dbias});
+    require_numel(dbias, OC, op, "dbias");
+  }
   std::vector<Access> acc{reads(dout)};
   if (dweight.defined()) acc.push_back(reads(inp));
   accumulates_into(acc, {&dweight, &dbias});
   const Kernel kw = kernel(dweight.defined() ? "matmul_backward_weight" : "matmul_backward_bias",
-                           (dweight.defined() ? flops : 0.0) + (dbias.defined() ? static_cast<double>(N * OC) : 0.0),
+                           (dweight.defined() ? 2.0 * static_cast<double>(N * C * OC) : 0.0) +
+                               (dbias.defined() ? static_cast<double>(N * OC) : 0.0),
                            KernelClass::matmul, std::move(acc));
   [[maybe_unused]] const bool bf16_w = dweight.defined() && all_bf16({&dweight, &dout, &inp});
   dev.launch(s, kw, f32_host(kw, [=](const AsF32& f) {

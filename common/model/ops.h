@@ -78,6 +78,11 @@ void matmul_forward(Device& dev, Stream& s, const Tensor& out, const Tensor& inp
 // dinp += dout @ weight; dweight += dout^T @ inp; dbias += column sums of dout (when defined).
 void matmul_backward(Device& dev, Stream& s, const Tensor& dinp, const Tensor& dweight, const Tensor& dbias,
                      const Tensor& dout, const Tensor& inp, const Tensor& weight);
+// Its two halves: the input's gradient (dinp += dout @ weight), and the weight's and bias's
+// (either may be undefined: frozen, or no bias; both undefined, nothing runs).
+void matmul_backward_input(Device& dev, Stream& s, const Tensor& dinp, const Tensor& dout, const Tensor& weight);
+void matmul_backward_weight(Device& dev, Stream& s, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                            const Tensor& inp);
 
 // A bias on its own, out[N, OC] += bias[OC], and its gradient dbias += column sums of dout: a
 // row-parallel linear (chapter 10) adds its bias once its ranks' partial products are summed.

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "model/attention.h"
 #include "model/data.h"
@@ -192,6 +193,54 @@ TEST_CASE("model: the gradient of the tiny GPT matches a directional finite diff
   for (Tensor* t : {&tokens, &targets, &grads, &params}) dev.free(*t);
   // Every activation was freed by the backward that used it, and the losses by the mean_loss
   // that read them: nothing is left.
+  CHECK(dev.allocator().allocated() == 0);
+}
+
+// Zero-bubble pipelines' split backward (chapter 11): B of every unit, then W of every unit,
+// gives the gradients of the whole backward, with the FLOPs moved from B to W and the
+// tensors W reads held from one to the other, and nothing left when W is done.
+TEST_CASE("model: split_backward's B then W equals backward bit for bit, and W frees what B kept", "[model]") {
+  TinyGPT<SimDevice> tiny(2, 16, 5);
+  auto& [cfg, B, T, n, dev, s, model, params, grads, tokens, targets] = tiny;
+  const std::vector<float> w0 = gpt_init_all(cfg, 5);
+  copy_to_device(dev, s, params, w0.data());
+  const auto gradients = [&](bool split) {
+    model.split_backward(split);
+    ops::fill(dev, s, grads, 0.0f);
+    for (int u = 0; u < model.units(); ++u) model.forward(u, s);
+    model.mean_loss(s);
+    const double before = dev.trace().total_flops();
+    for (int u = model.units() - 1; u >= 0; --u) model.backward(u, s);
+    const double b_flops = dev.trace().total_flops() - before;
+    const size_t kept = dev.allocator().allocated();
+    if (split) {
+      CHECK_THROWS_WITH(model.backward(1, s), Catch::Matchers::Contains("run backward_weights first"));
+      for (int u = model.units() - 1; u >= 0; --u) model.backward_weights(u, s);
+    }
+    std::vector<float> g(static_cast<size_t>(n));
+    copy_to_host(dev, s, g.data(), grads);
+    return std::tuple{g, b_flops, kept};
+  };
+  const auto [whole, whole_flops, whole_kept] = gradients(false);
+  const auto [split, b_flops, b_kept] = gradients(true);
+  // The tied wte adds up the head's W and the embeddings' B in the other order: the same sum,
+  // rounded apart. Every other gradient is the same sum in the same order.
+  const int64_t wte = cfg.vocab * cfg.channels;
+  REQUIRE(split.size() == whole.size());
+  for (size_t i = 0; i < split.size(); ++i) {
+    INFO("gradient element " << i);
+    if (static_cast<int64_t>(i) < wte) REQUIRE(split[i] == Approx(whole[i]).margin(1e-6));
+    else REQUIRE(split[i] == whole[i]);
+  }
+  // B leaves the weight GEMMs (a third of the matmuls' backward) to W...
+  CHECK(b_flops < 0.75 * whole_flops);
+  // ...and holds what they read until W, as gpt_unit_weight_grad_bytes counts it.
+  int64_t promised = 0;
+  for (int u = 0; u < model.units(); ++u) promised += gpt_unit_weight_grad_bytes(cfg, u, B, T);
+  CHECK(b_kept - whole_kept == static_cast<size_t>(promised));
+  CHECK(promised > 0);
+  CHECK(dev.race_reports().empty());
+  for (Tensor* t : {&tokens, &targets, &grads, &params}) dev.free(*t);
   CHECK(dev.allocator().allocated() == 0);
 }
 
