@@ -15,6 +15,7 @@
 // copy of wte, and the two copies' gradients are summed between the first and the last stage
 // before the optimizer, so both take the same step (Megatron's embedding group).
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -64,9 +65,10 @@ void add_flags(Flags& f) {
   });
   add_train_flags(f, train);
   f.add_int("micro-batches", &micro_batches, 1, 1024, "micro-batches a step (M): the global batch split M ways");
-  f.add_choice("schedule", &schedule, {"gpipe", "1f1b", "interleaved"},
+  f.add_choice("schedule", &schedule, {"gpipe", "1f1b", "interleaved", "zb-h1"},
                "gpipe: every forward, then every backward; 1f1b: warm up, then one forward and one backward in turn; "
-               "interleaved: 1F1B over V model chunks a rank");
+               "interleaved: 1F1B over V model chunks a rank; zb-h1: 1F1B with each backward cut into B (the input's "
+               "gradient) and W (the weights'), the W's held back into the bubble");
   f.add_choice("split", &split, {"even", "flops"},
                "how the model's units are cut into stages: even (as many units a stage) or flops (the costliest stage as "
                "cheap as it can be)");
@@ -125,7 +127,11 @@ void lesson(Job& job) {
   const int S = pipe.stages(), U = static_cast<int>(cfg.layers) + 2;
   const std::vector<ch11::Units> stages = ch11::split_units(split, cfg, S, setup.T);
   const bool first = s == 0, last = s == P - 1;  // the ranks of stage 0 and stage S - 1
-  job.set_strategy(std::string(schedule == "gpipe" ? "GPipe" : schedule == "1f1b" ? "1F1B" : "interleaved 1F1B") +
+  const bool zero_bubble = schedule == "zb-h1";  // backwards cut into B and W
+  job.set_strategy(std::string(schedule == "gpipe"  ? "GPipe"
+                               : schedule == "1f1b" ? "1F1B"
+                               : zero_bubble        ? "ZB-H1"
+                                                    : "interleaved 1F1B") +
                    ", " + std::to_string(P) + " ranks" +
                    (pipe.chunks > 1 ? " x " + std::to_string(pipe.chunks) + " chunks" : std::string()) + ", " +
                    std::to_string(M) + " micro-batches" + (D > 1 ? ", " + std::to_string(D) + " replicas" : std::string()));
@@ -137,6 +143,7 @@ void lesson(Job& job) {
   for (int m = 0; m < M; ++m) {
     batches.push_back(std::make_unique<MicroBatches>(job, setup, M, ch02::DataShard{d, D}));
     models.push_back(std::make_unique<GPT>(dev, cfg, batches.back()->rows(), setup.T));
+    models.back()->split_backward(zero_bubble);  // backward(unit) is B, backward_weights(unit) W
   }
   const std::vector<ParamInfo>& params = models[0]->params();
   std::vector<int> mine;
@@ -211,15 +218,19 @@ void lesson(Job& job) {
   const Shape act{batches[0]->rows(), setup.T, cfg.channels};
   // What a micro-batch's forward through one of this rank's chunks keeps until its backward:
   // its units' saved tensors, with the input that crossed from the stage before in place of
-  // that stage's output, and without the output it sends on (freed once sent).
-  const auto chunk_bytes = [&](const ch11::Action& a) {
+  // that stage's output, and without the output it sends on (freed once sent). Under zero
+  // bubble its B frees all but what the W reads (gpt_unit_weight_grad_bytes), the W the rest.
+  const auto held_change = [&](const ch11::Action& a) {
     const int k = pipe.stage(s, a.chunk);
     const int64_t crossing = gpt_unit_activation_bytes(cfg, 0, act[0], act[1]);  // one [B, T, C] f32 tensor
-    int64_t bytes = (k > 0 ? crossing : 0) - (k < S - 1 ? crossing : 0);
-    for (int u = stages[static_cast<size_t>(k)].first; u <= stages[static_cast<size_t>(k)].last; ++u)
-      bytes += gpt_unit_activation_bytes(cfg, u, act[0], act[1]);
-    return bytes;
+    int64_t saved = (k > 0 ? crossing : 0) - (k < S - 1 ? crossing : 0), for_w = 0;
+    for (int u = stages[static_cast<size_t>(k)].first; u <= stages[static_cast<size_t>(k)].last; ++u) {
+      saved += gpt_unit_activation_bytes(cfg, u, act[0], act[1]);
+      if (zero_bubble) for_w += gpt_unit_weight_grad_bytes(cfg, u, act[0], act[1]);
+    }
+    return a.pass == ch11::Pass::forward ? saved : a.pass == ch11::Pass::backward ? for_w - saved : -for_w;
   };
+
   const int64_t before_steps = dev.allocator().allocated();
   for (int64_t step = 0; step < job.steps(); ++step) {
     Job::Step st(job, step);
@@ -231,7 +242,9 @@ void lesson(Job& job) {
     if (first || last)
       for (int m = 0; m < M; ++m) batches[static_cast<size_t>(m)]->load(*models[static_cast<size_t>(m)], step, m);
     std::map<std::pair<int, int>, Arrival> inputs, output_grads;  // (micro, chunk) -> what arrived for it
-    std::vector<int> backwards(static_cast<size_t>(pipe.chunks), 0);  // backward passes run, a chunk
+    // A chunk's gradients are final after its M-th backward (under zero bubble, its M-th W).
+    const ch11::Pass last_gradient = zero_bubble ? ch11::Pass::weight : ch11::Pass::backward;
+    std::vector<int> finished(static_cast<size_t>(pipe.chunks), 0);
     for (const ch11::Tick& tick : ticks) {
       // 2. This tick's pass, if the rank has one.
       Tensor out;  // what the pass hands to a neighbour
@@ -254,18 +267,21 @@ void lesson(Job& job) {
         // "F3", "B3" (with chunks "F3.1"): the papers' names, on the CPU thread and above the
         // pass's kernels on the compute stream.
         RecordFunction range(dev, compute, ch11::name(a, pipe));
+        if (forward && k > 0) model.set_input(u.first, take(inputs));
+        if (a.pass == ch11::Pass::backward && k < S - 1) model.set_output_grad(take(output_grads));
+        const bool final_pass = a.pass == last_gradient && ++finished[static_cast<size_t>(a.chunk)] == M;
         if (forward) {
-          if (k > 0) model.set_input(u.first, take(inputs));
           for (int unit = u.first; unit <= u.last; ++unit) model.forward(unit, compute);
           if (k < S - 1) out = model.take_output(u.last), out_to = pipe.rank_of(k + 1);
         } else {
-          if (k < S - 1) model.set_output_grad(take(output_grads));
-          const bool final_pass = ++backwards[static_cast<size_t>(a.chunk)] == M;  // the chunk's gradients end here
           for (int unit = u.last; unit >= u.first; --unit) {
-            model.backward(unit, compute);
-            if (final_pass) dp.unit_done(unit, compute);
+            if (a.pass == ch11::Pass::backward)
+              model.backward(unit, compute);
+            else
+              model.backward_weights(unit, compute);
+            if (final_pass) dp.unit_done(unit, compute);  // the unit's gradients end here
           }
-          if (k > 0) out = model.take_input_grad(), out_to = pipe.rank_of(k - 1);
+          if (a.pass == ch11::Pass::backward && k > 0) out = model.take_input_grad(), out_to = pipe.rank_of(k - 1);
         }
       }
       // 3. The two exchanges (schedule.h): forward outputs, then backward input gradients. Each
@@ -319,17 +335,48 @@ void lesson(Job& job) {
   }
 
   // 5. The bubble: the share of the last step each rank's compute stream sat idle, against the
-  //    formula for stages that take equal time per pass.
+  //    formula for stages whose passes take T_F, T_B (and T_W) each: the mean over the ranks.
+  // Each kind of pass's time: the last step's ranges "F3", "B3", "W3" over the compute
+  // stream's kernels (RecordFunction, a range a pass: the stream's last ones), the mean over
+  // passes: the formula's T_F, T_B and T_W.
+  dev.synchronize(compute);  // every slice landed, and so every range written
+  std::map<char, std::pair<double, int>> pass_us;  // 'F', 'B', 'W' -> (total us, passes)
+  int64_t passes_left = std::count_if(ticks.begin(), ticks.end(), [](const ch11::Tick& t) { return t.run.has_value(); });
+  const std::vector<StreamRange>& ranges = dev.trace().timeline().stream_ranges;
+  for (auto r = ranges.rbegin(); r != ranges.rend() && passes_left > 0; ++r)
+    if (r->stream == compute.id()) {
+      auto& [us, passes] = pass_us[r->name.at(0)];
+      us += r->end_us - r->start_us;
+      ++passes;
+      --passes_left;
+    }
+  const auto mean_over_ranks = [&](double x) {
+    double sum = 0;
+    for (double y : job.every_rank(x)) sum += y;
+    return sum / job.world_size();
+  };
+  const auto pass_ms = [&](char kind) {
+    const auto [us, passes] = pass_us[kind];
+    return mean_over_ranks(passes > 0 ? us / 1000.0 / passes : 0.0);
+  };
+  const double t_f = pass_ms('F'), t_b = pass_ms('B'), t_w = zero_bubble ? pass_ms('W') : 0.0;
+  // GPipe, 1F1B: (P - 1) / (M + P - 1), the passes' times cancelling; interleaving divides the
+  // fill and drain by V; ZB-H1 (Qi et al. 2023) idles (P - 1)(T_F + T_B - T_W) a rank.
+  const double formula =
+      zero_bubble ? (P - 1) * (t_f + t_b - t_w) / (M * (t_f + t_b + t_w) + (P - 1) * (t_f + t_b - t_w))
+                  : static_cast<double>(P - 1) / static_cast<double>(pipe.chunks * M + P - 1);
   const StepMetrics last_step = step_metrics(dev.trace().timeline()).back();
   const double idle = 1 - last_step.compute_us / last_step.step_us;
-  const std::vector<double> idles = job.every_rank(idle);
-  double mean = 0;
-  for (double x : idles) mean += x / static_cast<double>(idles.size());
+  const double mean = mean_over_ranks(idle);
   job.figure("step_ms", last_step.step_us / 1000.0, "ms", "the last step");
   job.figure("bubble_mean", mean, "", "the ranks' compute idle over the last step, the mean over ranks");
-  job.figure("bubble_formula", static_cast<double>(P - 1) / static_cast<double>(pipe.chunks * M + P - 1), "",
-             "(P - 1) / (V M + P - 1)");
+  job.figure("bubble_formula", formula, "",
+             zero_bubble ? "(P - 1)(T_F + T_B - T_W) / (M (T_F + T_B + T_W) + (P - 1)(T_F + T_B - T_W))"
+                         : "(P - 1) / (V M + P - 1)");
   job.rank_figure("bubble", idle, "", "this rank's compute idle over the last step");
+  job.figure("pass_F_ms", t_f, "ms", "a forward pass, the last step's mean over passes and ranks");
+  job.figure("pass_B_ms", t_b, "ms", zero_bubble ? "a B pass (the input's gradient), the same mean" : "a backward pass, the same mean");
+  if (zero_bubble) job.figure("pass_W_ms", t_w, "ms", "a W pass (the weights' gradients), the same mean");
   if (const Stream* reductions = dp.stream()) {
     // The replicas' all-reduces on rank 0 (the first stage, whose last gradients come last).
     const StepWindow window = dev.trace().timeline().steps.back();
@@ -342,7 +389,7 @@ void lesson(Job& job) {
   // gradients, AdamW's moments, the batches), against what the schedule keeps in flight.
   job.figure("activations_MiB", MiB(static_cast<double>(dev.allocator().peak_allocated() - before_steps)), "MiB",
              "rank 0's peak allocated less what it held before the first step");
-  job.figure("activations_schedule_MiB", MiB(static_cast<double>(ch11::peak_held(ticks, chunk_bytes))), "MiB",
+  job.figure("activations_schedule_MiB", MiB(static_cast<double>(ch11::peak_held(ticks, held_change))), "MiB",
              "rank 0: the most micro-batches' saved activations the schedule keeps at once");
 
   // 6. The proof: the ranks' parameters put together equal single-rank training.

@@ -44,7 +44,9 @@
 
 namespace ch11 {
 
-enum class Pass { forward, backward };
+// A backward is one pass (B), or under zero bubble two: B, the input's gradient, and W, the
+// weights' (GPT::split_backward).
+enum class Pass { forward, backward, weight };
 
 struct Pipeline {
   int ranks = 1;          // P
@@ -65,7 +67,7 @@ struct Action {
 
 // "F3" or "B3", with the chunk where a rank holds more than one: "F3.1".
 inline std::string name(const Action& a, const Pipeline& p) {
-  std::string out(1, a.pass == Pass::forward ? 'F' : 'B');
+  std::string out(1, a.pass == Pass::forward ? 'F' : a.pass == Pass::backward ? 'B' : 'W');
   out += std::to_string(a.micro);
   if (p.chunks > 1) out.append(".").append(std::to_string(a.chunk));
   return out;
@@ -113,10 +115,33 @@ inline std::vector<Action> interleaved_1f1b(const Pipeline& p, int rank) {
   return order;
 }
 
+// ZB-H1 (Qi et al. 2023, zero bubble): 1F1B's forwards and backwards, each backward cut into B
+// (the input's gradient, which the stage before waits for) and W (the weights' gradients, which
+// only the optimizer waits for). W can wait, so the later stages hold theirs back and send
+// their B's on sooner: after each B, rank s runs its oldest queued W's until s are left, and
+// the rest after its last B. With equal passes the clock idles P - 1 ticks a rank instead of
+// 1F1B's 2 (P - 1), and no rank holds more micro-batches from F to W than 1F1B's P.
+inline std::vector<Action> zb_h1(const Pipeline& p, int rank) {
+  std::vector<Action> order;
+  std::vector<int> queued;  // micro-batches whose W waits, oldest first
+  for (const Action& a : one_f_one_b(p, rank)) {
+    order.push_back(a);
+    if (a.pass != Pass::backward) continue;
+    queued.push_back(a.micro);
+    while (static_cast<int>(queued.size()) > rank) {
+      order.push_back({Pass::weight, queued.front()});
+      queued.erase(queued.begin());
+    }
+  }
+  for (int m : queued) order.push_back({Pass::weight, m});
+  return order;
+}
+
 inline std::vector<Action> order(const std::string& schedule, const Pipeline& p, int rank) {
   if (schedule == "gpipe") return gpipe(p, rank);
   if (schedule == "1f1b") return one_f_one_b(p, rank);
   if (schedule == "interleaved") return interleaved_1f1b(p, rank);
+  if (schedule == "zb-h1") return zb_h1(p, rank);
   throw std::invalid_argument("ch11::order: no schedule '" + schedule + "'");
 }
 
@@ -134,13 +159,13 @@ inline int stage_of(const Pipeline& p, int rank, const Action& a) { return p.sta
 // When each pass ran on the clock: ran(pass, micro, stage) is its tick, -1 before it ran.
 class Clock {
  public:
-  explicit Clock(const Pipeline& p) : stages_(p.stages()), ticks_(2 * static_cast<size_t>(p.micro_batches * p.stages()), -1) {}
+  explicit Clock(const Pipeline& p) : stages_(p.stages()), ticks_(3 * static_cast<size_t>(p.micro_batches * p.stages()), -1) {}
   int ran(Pass pass, int micro, int stage) const { return ticks_[index(pass, micro, stage)]; }
   void run(Pass pass, int micro, int stage, int tick) { ticks_[index(pass, micro, stage)] = tick; }
 
  private:
   size_t index(Pass pass, int micro, int stage) const {
-    return (static_cast<size_t>(pass == Pass::backward) * ticks_.size() / 2) + static_cast<size_t>(micro * stages_ + stage);
+    return static_cast<size_t>((static_cast<int>(pass) * ticks_.size()) / 3) + static_cast<size_t>(micro * stages_ + stage);
   }
   int stages_;
   std::vector<int> ticks_;
@@ -149,7 +174,8 @@ class Clock {
 // Whether pass `a` on stage k (of S) may run at `tick`: what it needs ran at an earlier tick. A
 // forward needs the previous stage's forward of its micro-batch (the activation it takes in); a
 // backward needs its own stage's forward (the activations it differentiates) and the next
-// stage's backward (its output's gradient). The first stage's forward takes the tokens, the last
+// stage's backward (its output's gradient); a weight pass, its own stage's backward (the
+// gradient of its output it keeps). The first stage's forward takes the tokens, the last
 // stage's backward starts from the loss.
 inline bool can_run(const Clock& clock, const Action& a, int k, int S, int tick) {
   // lab: begin 11.ready "a pass may run once what it needs ran at an earlier tick" #the-schedule-on-one-clock uses(clock, a, k, S, tick)
@@ -158,6 +184,7 @@ inline bool can_run(const Clock& clock, const Action& a, int k, int S, int tick)
     return t >= 0 && t < tick;
   };
   if (a.pass == Pass::forward) return k == 0 || before(Pass::forward, k - 1);
+  if (a.pass == Pass::weight) return before(Pass::backward, k);
   return before(Pass::forward, k) && (k == S - 1 || before(Pass::backward, k + 1));
   // lab: end
 }
@@ -224,15 +251,16 @@ inline std::string draw(const std::vector<std::vector<Tick>>& ticks, const Pipel
   return out;
 }
 
-// The most a rank holds at once when each forward keeps bytes(action) until its backward: the
-// schedule's promise about activation memory (GPipe: all M micro-batches; 1F1B: P - s).
-template <class Bytes>
-int64_t peak_held(const std::vector<Tick>& ticks, Bytes&& bytes) {
+// The most a rank holds at once when each pass changes what it holds by change(action): a
+// forward keeps its activations, a backward frees them (under zero bubble, all but what its W
+// reads, which the W frees). The schedule's promise about activation memory (GPipe: all M
+// micro-batches; 1F1B: P - s).
+template <class Change>
+int64_t peak_held(const std::vector<Tick>& ticks, Change&& change) {
   int64_t held = 0, most = 0;
   for (const Tick& t : ticks) {
     if (!t.run) continue;
-    const Action forward{Pass::forward, t.run->micro, t.run->chunk};
-    held += t.run->pass == Pass::forward ? bytes(forward) : -bytes(forward);
+    held += change(*t.run);
     most = std::max(most, held);
   }
   return most;

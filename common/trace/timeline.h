@@ -98,6 +98,15 @@ struct AllocatorMark {
   AllocatorEventKind kind = AllocatorEventKind::segment_malloc;
 };
 
+// A record_function range over a stream's work (Kineto's gpu_user_annotation): what a stretch
+// of the stream was for ("F3": micro-batch 3's forward). From its first slice's start to its
+// last's end.
+struct StreamRange {
+  std::string name;
+  int stream = 0;
+  double start_us = 0, end_us = 0;
+};
+
 struct RankTimeline {
   int rank = 0;
   std::vector<DeviceSlice> slices;           // any order
@@ -105,6 +114,7 @@ struct RankTimeline {
   std::vector<StepWindow> steps;             // in step order
   std::vector<MemorySample> memory;          // in time order
   std::vector<AllocatorMark> allocator;      // in time order
+  std::vector<StreamRange> stream_ranges;    // as written (the TraceRecorder's; the viewer draws them as slices)
 };
 
 }  // namespace shardlab

@@ -353,6 +353,7 @@ void TraceRecorder::write_gpu_range(const GpuRange& r) {
   if (r.end_ns < r.start_ns) return;  // no slice landed in it
   emit(complete(device_index_, r.stream, "gpu_user_annotation", r.name, r.start_ns, r.end_ns - r.start_ns,
                 device_args(r.stream, 0).json()));
+  timeline_.stream_ranges.push_back({r.name, r.stream, to_us(r.start_ns), to_us(r.end_ns)});
 }
 
 void TraceRecorder::memory(int64_t ts_ns, int64_t allocated, int64_t reserved) {

@@ -3,7 +3,7 @@
 shardlab_chapter_tests(ch11 shardlab_ch11)
 # Each schedule at P = 2-4 with M from 1 to 3P (M < P leaves 1F1B no steady state; M = 1 is one
 # micro-batch crossing the stages alone); interleaving with M a multiple of P, V = 2 and 4.
-foreach(schedule gpipe 1f1b)
+foreach(schedule gpipe 1f1b zb-h1)
   foreach(case "2;1" "3;6" "4;3" "4;12")
     list(GET case 0 np)
     list(GET case 1 m)
@@ -22,7 +22,7 @@ foreach(case "1;3;2" "2;2;2" "2;4;4" "3;6;2" "4;4;2" "4;12;2")
 endforeach()
 # Pipeline x data parallelism: D copies of the pipeline, their stages' gradients averaged (P = 1
 # is plain DDP, every stage's output handed on in place).
-foreach(case "4;2;gpipe;3" "4;2;1f1b;3" "6;2;interleaved;3" "3;3;1f1b;2" "6;3;1f1b;2")
+foreach(case "4;2;gpipe;3" "4;2;1f1b;3" "6;2;interleaved;3" "3;3;1f1b;2" "6;3;1f1b;2" "6;2;zb-h1;3")
   list(GET case 0 np)
   list(GET case 1 dp)
   list(GET case 2 schedule)
@@ -80,4 +80,16 @@ endforeach()
 set(test "ch11: GPipe and 1F1B take the same step, keep M and P micro-batches' activations as measured, and balanced stages meet the bubble formula")
 add_test(NAME "${test}"
          COMMAND sh -c "${_runs}${Python3_EXECUTABLE} ${TESTS}/harness/check_figures.py '${RUNS}/ch11_claims_1f1b/summary.json' --as gpipe '${RUNS}/ch11_claims_gpipe/summary.json' --as even '${RUNS}/ch11_claims_even/summary.json' 'abs(step_ms / gpipe_step_ms - 1) < 0.001' 'abs(gpipe_activations_schedule_MiB / activations_schedule_MiB - 2) < 1e-9' 'abs((activations_MiB - activations_schedule_MiB) - (gpipe_activations_MiB - gpipe_activations_schedule_MiB)) < 0.01' '0 < activations_MiB - activations_schedule_MiB < 0.1 * activations_schedule_MiB' '0 < bubble_mean - bubble_formula < 0.02' 'even_bubble_mean > 1.5 * even_bubble_formula'")
+set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS 4)
+# ZB-H1 against 1F1B on the same runs' shape: the step shorter, the bubble within 0.02 of
+# (P - 1)(T_F + T_B - T_W) / (M (T_F + T_B + T_W) + (P - 1)(T_F + T_B - T_W)) from its own
+# measured passes, B + W within 2 % of 1F1B's backward (the same kernels, and the copies of the
+# residual stream's gradient W keeps), rank 0 keeping the same micro-batches by the schedule.
+set(_runs "")
+foreach(schedule 1f1b zb-h1)
+  string(APPEND _runs "${MPIRUN_SH} -np 4 $<TARGET_FILE:shardlab_ch11> ${_small} --schedule ${schedule} --trace-dir '${RUNS}' --run-name ch11_zb_${schedule} > /dev/null && ")
+endforeach()
+set(test "ch11: ZB-H1 shortens 1F1B's step, its bubble meets its formula, and B + W is 1F1B's backward")
+add_test(NAME "${test}"
+         COMMAND sh -c "${_runs}${Python3_EXECUTABLE} ${TESTS}/harness/check_figures.py '${RUNS}/ch11_zb_zb-h1/summary.json' --as f1b '${RUNS}/ch11_zb_1f1b/summary.json' 'step_ms < 0.9 * f1b_step_ms' '0 < bubble_mean - bubble_formula < 0.02' 'bubble_mean < 0.7 * f1b_bubble_mean' 'abs((pass_B_ms + pass_W_ms) / f1b_pass_B_ms - 1) < 0.02' 'abs(pass_F_ms / f1b_pass_F_ms - 1) < 1e-6' 'activations_schedule_MiB == f1b_activations_schedule_MiB'")
 set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS 4)

@@ -29,6 +29,7 @@ std::vector<Case> cases() {
     for (int M = 1; M <= 3 * P; ++M) {
       out.push_back({"gpipe", {P, 1, M}});
       out.push_back({"1f1b", {P, 1, M}});
+      out.push_back({"zb-h1", {P, 1, M}});
       if (M % P == 0)
         for (int V = 2; V <= 4; ++V) out.push_back({"interleaved", {P, V, M}});
     }
@@ -64,7 +65,8 @@ TEST_CASE("ch11: each schedule runs every pass once, after what it needs, and wh
           if (in) arrived[{static_cast<int>(in->pass), in->micro, stage_of(p, r, *in)}] = t;
       }
     }
-    CHECK(ran.size() == static_cast<size_t>(2 * p.micro_batches * p.stages()));
+    const int kinds = c.schedule == "zb-h1" ? 3 : 2;  // F, B (and W)
+    CHECK(ran.size() == static_cast<size_t>(kinds * p.micro_batches * p.stages()));
     for (const auto& [key, t] : ran) {
       const auto [pass, micro, stage] = key;
       if (pass == static_cast<int>(Pass::forward)) {
@@ -72,6 +74,8 @@ TEST_CASE("ch11: each schedule runs every pass once, after what it needs, and wh
           CHECK(ran.at({pass, micro, stage - 1}) < t);
           CHECK(arrived.at(key) < t);  // arrived after the tick its producer ran in, before this one
         }
+      } else if (pass == static_cast<int>(Pass::weight)) {
+        CHECK(ran.at({static_cast<int>(Pass::backward), micro, stage}) < t);
       } else {
         CHECK(ran.at({static_cast<int>(Pass::forward), micro, stage}) < t);
         if (stage < p.stages() - 1) {
@@ -83,25 +87,42 @@ TEST_CASE("ch11: each schedule runs every pass once, after what it needs, and wh
   }
 }
 
-TEST_CASE("ch11: with equal passes the clock's idle share is (P - 1) / (V M + P - 1)", "[ch11]") {
+TEST_CASE("ch11: with equal passes the clock's idle share is (P - 1) / (V M + P - 1), ZB-H1's P - 1 ticks in 3 M + P - 1", "[ch11]") {
   for (const Case& c : cases()) {
     const Pipeline& p = c.pipe;
     INFO(c.schedule << ", P " << p.ranks << ", V " << p.chunks << ", M " << p.micro_batches);
     const std::vector<std::vector<Tick>> ticks = play(c);
+    if (c.schedule == "zb-h1") {
+      // 3 M passes; the idle ticks, P - 1 (T_F + T_B - T_W with each 1), once there are P
+      // micro-batches to fill the pipeline; with fewer, one more for each missing.
+      const int P = p.ranks, M = p.micro_batches;
+      CHECK(ticks[0].size() == static_cast<size_t>(3 * M + P - 1 + std::max(0, P - M)));
+      continue;
+    }
     // A rank runs 2 V M passes; the step lasts 2 (V M + P - 1) ticks: it idles 2 (P - 1).
     CHECK(ticks[0].size() == static_cast<size_t>(2 * (p.chunks * p.micro_batches + p.ranks - 1)));
   }
 }
 
-TEST_CASE("ch11: GPipe holds M micro-batches' activations, 1F1B at most P - s on rank s", "[ch11]") {
+TEST_CASE("ch11: GPipe holds M micro-batches' activations, 1F1B at most P - s on rank s, ZB-H1 at most P from F to W", "[ch11]") {
   for (const Case& c : cases()) {
     if (c.schedule == "interleaved") continue;
     const Pipeline& p = c.pipe;
     INFO(c.schedule << ", P " << p.ranks << ", M " << p.micro_batches);
     const std::vector<std::vector<Tick>> ticks = play(c);
+    const bool zb = c.schedule == "zb-h1";
     for (int r = 0; r < p.ranks; ++r) {
-      const int64_t most = peak_held(ticks[r], [](const Action&) { return int64_t{1}; });  // micro-batches
-      CHECK(most == (c.schedule == "gpipe" ? p.micro_batches : std::min(p.ranks - r, p.micro_batches)));
+      // Micro-batches held: one more at F, one fewer at the pass that frees the last of it.
+      const int64_t most = peak_held(ticks[r], [&](const Action& a) {
+        return a.pass == Pass::forward ? int64_t{1} : a.pass == (zb ? Pass::weight : Pass::backward) ? int64_t{-1} : 0;
+      });
+      if (zb) {
+        // 1F1B's peak, P, on every stage: the later stages hold their W's back, and with them
+        // what the W's read (a part of what F kept; B frees the rest).
+        CHECK(most == std::min(p.ranks, p.micro_batches));
+      } else {
+        CHECK(most == (c.schedule == "gpipe" ? p.micro_batches : std::min(p.ranks - r, p.micro_batches)));
+      }
     }
   }
 }

@@ -156,7 +156,7 @@ TEST_CASE("collective_metrics: bytes, bandwidths and step assignment", "[metrics
 
   const CollectiveRecord send{"send", 10, 0, 8, 2, "pp", 1, 0, 0, "", LinkTierKind::unknown};
   CHECK(collective_bytes(send) == 80);
-  CHECK(collective_metrics(RankTimeline{.rank = 0, .slices = {}, .collectives = {send}, .steps = {}, .memory = {}, .allocator = {}})
+  CHECK(collective_metrics(RankTimeline{.rank = 0, .slices = {}, .collectives = {send}, .steps = {}, .memory = {}, .allocator = {}, .stream_ranges = {}})
             .front()
             .algbw_GBps == 0);  // zero duration: no bandwidth rather than inf
 }
