@@ -4,6 +4,7 @@
 //   mpirun -np 4 build/chapters/shardlab_ch11                      # tiny: 4 stages, 1F1B, checks itself
 //   mpirun -np 4 build/chapters/shardlab_ch11 --schedule gpipe      # every forward, then every backward
 //   mpirun -np 2 build/chapters/shardlab_ch11 --micro-batches 6
+//   mpirun -np 4 build/chapters/shardlab_ch11 --schedule zb-h1      # backwards cut into B and W (zero bubble)
 //
 // Every rank holds a stage: a run of the model's units (the embeddings with the first, the head
 // with the last). A step splits the global batch into M micro-batches; each crosses the stages
@@ -246,7 +247,8 @@ void lesson(Job& job) {
     const ch11::Pass last_gradient = zero_bubble ? ch11::Pass::weight : ch11::Pass::backward;
     std::vector<int> finished(static_cast<size_t>(pipe.chunks), 0);
     for (const ch11::Tick& tick : ticks) {
-      // 2. This tick's pass, if the rank has one.
+      // 2. This tick's pass, if the rank has one: a forward, a backward (under zero bubble its B),
+      //    or a W, which runs the weight GEMMs its B queued and hands nothing on.
       Tensor out;  // what the pass hands to a neighbour
       int out_to = -1;
       if (tick.run) {
@@ -385,6 +387,9 @@ void lesson(Job& job) {
     job.figure("dp_exposed_ms", m.exposed_comm_us / 1000.0, "ms", "the part of them no compute hid");
   }
   job.figure("peak_allocated_MiB", MiB(static_cast<double>(dev.allocator().peak_allocated())), "MiB", "measured, rank 0 (the first stage)");
+  double most = 0;  // the rank whose memory must fit
+  for (double peak : job.every_rank(static_cast<double>(dev.allocator().peak_allocated()))) most = std::max(most, peak);
+  job.figure("peak_allocated_max_MiB", MiB(most), "MiB", "measured, the largest over the ranks");
   // The activations: rank 0's peak above what it held before the first step (parameters,
   // gradients, AdamW's moments, the batches), against what the schedule keeps in flight.
   job.figure("activations_MiB", MiB(static_cast<double>(dev.allocator().peak_allocated() - before_steps)), "MiB",

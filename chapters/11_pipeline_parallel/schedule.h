@@ -17,11 +17,13 @@
 //   micro-batches taken in groups of P through one chunk, then the same group through the next;
 //   a longer warm-up, (P - s - 1) 2 + (V - 1) P passes, then one forward and one backward in
 //   turn. Each pass is 1/V of a stage's work, so the fill and the drain shrink V times.
+//   ZB-H1 (Qi et al. 2023, zero bubble): 1F1B with each backward cut into B (the input's
+//   gradient) and W (the weights'), the W's held back into the ticks 1F1B idles.
 //
 // All flush: every backward of the step ends before the optimizer, so all compute exactly what
 // one rank would on the whole batch. When every pass of a stage takes the same time, the idle
 // share of the step (the bubble) is (P - 1) / (M + P - 1) for GPipe and 1F1B, (P - 1) /
-// (V M + P - 1) interleaved.
+// (V M + P - 1) interleaved; ZB-H1 idles (P - 1)(T_F + T_B - T_W) a rank.
 //
 // The passes' order alone does not say when the data moves. lockstep() plays every rank's order
 // on one clock, a pass a tick: a rank runs its next pass once what it needs ran at an earlier

@@ -84,12 +84,13 @@ set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS 4)
 # ZB-H1 against 1F1B on the same runs' shape: the step shorter, the bubble within 0.02 of
 # (P - 1)(T_F + T_B - T_W) / (M (T_F + T_B + T_W) + (P - 1)(T_F + T_B - T_W)) from its own
 # measured passes, B + W within 2 % of 1F1B's backward (the same kernels, and the copies of the
-# residual stream's gradient W keeps), rank 0 keeping the same micro-batches by the schedule.
+# residual stream's gradient W keeps), rank 0 keeping the same micro-batches by the schedule,
+# and the largest peak over the ranks still rank 0's, a few MiB above 1F1B's.
 set(_runs "")
 foreach(schedule 1f1b zb-h1)
   string(APPEND _runs "${MPIRUN_SH} -np 4 $<TARGET_FILE:shardlab_ch11> ${_small} --schedule ${schedule} --trace-dir '${RUNS}' --run-name ch11_zb_${schedule} > /dev/null && ")
 endforeach()
 set(test "ch11: ZB-H1 shortens 1F1B's step, its bubble meets its formula, and B + W is 1F1B's backward")
 add_test(NAME "${test}"
-         COMMAND sh -c "${_runs}${Python3_EXECUTABLE} ${TESTS}/harness/check_figures.py '${RUNS}/ch11_zb_zb-h1/summary.json' --as f1b '${RUNS}/ch11_zb_1f1b/summary.json' 'step_ms < 0.9 * f1b_step_ms' '0 < bubble_mean - bubble_formula < 0.02' 'bubble_mean < 0.7 * f1b_bubble_mean' 'abs((pass_B_ms + pass_W_ms) / f1b_pass_B_ms - 1) < 0.02' 'abs(pass_F_ms / f1b_pass_F_ms - 1) < 1e-6' 'activations_schedule_MiB == f1b_activations_schedule_MiB'")
+         COMMAND sh -c "${_runs}${Python3_EXECUTABLE} ${TESTS}/harness/check_figures.py '${RUNS}/ch11_zb_zb-h1/summary.json' --as f1b '${RUNS}/ch11_zb_1f1b/summary.json' 'step_ms < 0.9 * f1b_step_ms' '0 < bubble_mean - bubble_formula < 0.02' 'bubble_mean < 0.7 * f1b_bubble_mean' 'abs((pass_B_ms + pass_W_ms) / f1b_pass_B_ms - 1) < 0.02' 'abs(pass_F_ms / f1b_pass_F_ms - 1) < 1e-6' 'activations_schedule_MiB == f1b_activations_schedule_MiB' 'peak_allocated_max_MiB == peak_allocated_MiB' '0 < peak_allocated_max_MiB - f1b_peak_allocated_max_MiB < 10'")
 set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS 4)
