@@ -44,6 +44,7 @@ TrainFlags train = [] {
 }();
 int64_t micro_batches = 4;
 int64_t replicas = 1;  // D: copies of the pipeline (data parallelism)
+bool shard_optimizer = false;  // the replicas split AdamW's moments (ZeRO-1)
 int64_t virtual_stages = 0;  // 0: 2 under interleaving, 1 otherwise
 std::string schedule = "1f1b";
 std::string split = "flops";
@@ -63,6 +64,12 @@ void add_flags(Flags& f) {
     require(run.world_size % replicas == 0, "--dp", replicas,
             "a divisor of the " + std::to_string(run.world_size) + " ranks (the world is D x P)");
     train.sequence_ranks = run.world_size / replicas;  // the P ranks of a pipeline share each sequence
+  });
+  f.add_bool("shard-optimizer", &shard_optimizer,
+             "the D replicas of a stage shard AdamW's moments and update (Megatron-LM's distributed optimizer, "
+             "ZeRO-1): gradients reduce-scattered, each replica's shard updated, parameters all-gathered");
+  f.add_check([](const RunShape&) {
+    require(!shard_optimizer || replicas > 1, "--shard-optimizer", std::string("true"), "only with --dp 2 or more (the replicas to shard over)");
   });
   add_train_flags(f, train);
   f.add_int("micro-batches", &micro_batches, 1, 1024, "micro-batches a step (M): the global batch split M ways");
@@ -147,46 +154,38 @@ void lesson(Job& job) {
     models.back()->split_backward(zero_bubble);  // backward(unit) is B, backward_weights(unit) W
   }
   const std::vector<ParamInfo>& params = models[0]->params();
-  std::vector<int> mine;
-  for (int c = 0; c < pipe.chunks; ++c) {
-    const ch11::Units u = stages[static_cast<size_t>(pipe.stage(s, c))];
-    for (int unit = u.first; unit <= u.last; ++unit)
-      for (int i : models[0]->params_of_unit(unit)) mine.push_back(i);
-  }
+  std::vector<int> units;  // this rank's, chunk by chunk
+  for (int c = 0; c < pipe.chunks; ++c)
+    for (int unit = stages[static_cast<size_t>(pipe.stage(s, c))].first;
+         unit <= stages[static_cast<size_t>(pipe.stage(s, c))].last; ++unit)
+      units.push_back(unit);
   const bool wte_copy = last && P > 1;
-  if (wte_copy) mine.insert(mine.begin(), 0);
-  int64_t n = 0;
-  for (int i : mine) n += params[static_cast<size_t>(i)].shape.numel();
+  // The rank's parameters and gradients in two flat buffers, a run a unit (stage_replicas.h),
+  // each run padded to a multiple of D when the replicas shard the optimizer.
+  const std::vector<ch11::ParamRun> runs = ch11::param_runs(*models[0], units, wte_copy, shard_optimizer ? D : 1);
+  const int64_t n = runs.back().offset + runs.back().padded;
   Tensor weights = dev.empty({n}, DType::f32, compute, "params"), grads = dev.empty({n}, DType::f32, compute, "grads");
-  Tensor adam_m = dev.empty({n}, DType::f32, compute, "adam.m"), adam_v = dev.empty({n}, DType::f32, compute, "adam.v");
-  for (auto& model : models) {
-    bind_views(model->weights(), weights, params, mine);
-    bind_views(model->grads(), grads, params, mine);
-  }
-  ops::fill(dev, compute, adam_m, 0.0f);
-  ops::fill(dev, compute, adam_v, 0.0f);
+  for (auto& model : models)
+    for (const ch11::ParamRun& run : runs) {
+      bind_views(model->weights(), weights, params, run.params, run.offset);
+      bind_views(model->grads(), grads, params, run.params, run.offset);
+    }
   if (dev.computes()) {
-    std::vector<float> values(static_cast<size_t>(n));
-    float* at = values.data();
-    for (int i : mine) {
-      gpt_init_param(cfg, i, setup.seed, at);
-      at += params[static_cast<size_t>(i)].shape.numel();
+    std::vector<float> values(static_cast<size_t>(n), 0.0f);  // the padding: zeros
+    for (const ch11::ParamRun& run : runs) {
+      float* at = values.data() + run.offset;
+      for (int i : run.params) {
+        gpt_init_param(cfg, i, setup.seed, at);
+        at += params[static_cast<size_t>(i)].shape.numel();
+      }
     }
     copy_to_device(dev, compute, weights, values.data());
   }
   // The tied embedding's two copies: the first and the last stage of the pipeline (every rank splits).
   std::unique_ptr<Comm> embedding_group = pipeline->split(first || last ? 0 : 1, s);
-  // The replicas of this stage average each unit's gradients as soon as they are final.
-  std::map<int, std::pair<int64_t, int64_t>> unit_runs;
-  for (int64_t offset = 0; int i : mine) {
-    const int64_t count = params[static_cast<size_t>(i)].shape.numel();
-    if (!(wte_copy && offset == 0)) {
-      auto [it, added] = unit_runs.try_emplace(params[static_cast<size_t>(i)].unit, offset, 0);
-      it->second.second += count;
-    }
-    offset += count;
-  }
-  ch11::StageReplicas dp(dev, stage_replicas.get(), grads, unit_runs);
+  // The replicas of this stage reduce each unit's gradients as soon as they are final, and hold
+  // AdamW's moments (all of them, or their shard).
+  ch11::StageReplicas dp(dev, stage_replicas.get(), weights, grads, runs, shard_optimizer);
   // The cut, and what each stage costs a micro-batch (forward and backward, gpt_unit_flops).
   std::string cut = "model " + setup.model + ": " + std::to_string(U) + " units in " + std::to_string(S) +
                     " stages over " + std::to_string(P) + " ranks (--split " + split + ")" +
@@ -273,7 +272,10 @@ void lesson(Job& job) {
         if (a.pass == ch11::Pass::backward && k < S - 1) model.set_output_grad(take(output_grads));
         const bool final_pass = a.pass == last_gradient && ++finished[static_cast<size_t>(a.chunk)] == M;
         if (forward) {
-          for (int unit = u.first; unit <= u.last; ++unit) model.forward(unit, compute);
+          for (int unit = u.first; unit <= u.last; ++unit) {
+            dp.params_ready(unit, compute);  // sharded: its parameters gathered after the last step
+            model.forward(unit, compute);
+          }
           if (k < S - 1) out = model.take_output(u.last), out_to = pipe.rank_of(k + 1);
         } else {
           for (int unit = u.last; unit >= u.first; --unit) {
@@ -317,13 +319,13 @@ void lesson(Job& job) {
     }
     // 4. The tied copy's average over the replicas, then the compute stream waits for every
     //    reduction; the tied embedding's gradient summed over its two copies; AdamW on the
-    //    rank's parameters.
-    dp.finish(0, wte_copy ? params[0].shape.numel() : 0, compute);
-    if (P > 1 && (first || last)) {
-      const int64_t wte = params[0].shape.numel();
-      embedding_group->all_reduce(grads.view(0, {wte}), ReduceOp::sum, compute);
+    //    rank's parameters (sharded: on its shard, then all-gathered).
+    dp.finish(compute);
+    if (P > 1 && (first || last)) embedding_group->all_reduce(dp.tied_grad(), ReduceOp::sum, compute);
+    {
+      RecordFunction range(dev, compute, "optimizer");
+      dp.step(compute, step + 1, setup.adamw);
     }
-    ops::adamw(dev, compute, weights, grads, adam_m, adam_v, step + 1, setup.adamw);
     // The loss lives on the last stage: every rank reports the mean of the replicas' (ranks
     // (P - 1) D .. P D - 1).
     double loss = 0;
@@ -344,14 +346,19 @@ void lesson(Job& job) {
   dev.synchronize(compute);  // every slice landed, and so every range written
   std::map<char, std::pair<double, int>> pass_us;  // 'F', 'B', 'W' -> (total us, passes)
   int64_t passes_left = std::count_if(ticks.begin(), ticks.end(), [](const ch11::Tick& t) { return t.run.has_value(); });
+  double optimizer_us = -1;  // the last step's "optimizer" range
   const std::vector<StreamRange>& ranges = dev.trace().timeline().stream_ranges;
-  for (auto r = ranges.rbegin(); r != ranges.rend() && passes_left > 0; ++r)
-    if (r->stream == compute.id()) {
+  for (auto r = ranges.rbegin(); r != ranges.rend() && (passes_left > 0 || optimizer_us < 0); ++r) {
+    if (r->stream != compute.id()) continue;
+    if (r->name == "optimizer") {
+      if (optimizer_us < 0) optimizer_us = r->end_us - r->start_us;
+    } else if (passes_left > 0) {
       auto& [us, passes] = pass_us[r->name.at(0)];
       us += r->end_us - r->start_us;
       ++passes;
       --passes_left;
     }
+  }
   const auto mean_over_ranks = [&](double x) {
     double sum = 0;
     for (double y : job.every_rank(x)) sum += y;
@@ -383,9 +390,14 @@ void lesson(Job& job) {
     // The replicas' all-reduces on rank 0 (the first stage, whose last gradients come last).
     const StepWindow window = dev.trace().timeline().steps.back();
     const StreamMetrics m = stream_metrics(dev.trace().timeline(), reductions->id(), window.start_us, window.end_us);
-    job.figure("dp_comm_ms", m.busy_us / 1000.0, "ms", "rank 0's all-reduces over the replicas, the last step");
+    job.figure("dp_comm_ms", m.busy_us / 1000.0, "ms",
+               shard_optimizer ? "rank 0's reduce-scatters and all-gathers over the replicas, the last step"
+                               : "rank 0's all-reduces over the replicas, the last step");
     job.figure("dp_exposed_ms", m.exposed_comm_us / 1000.0, "ms", "the part of them no compute hid");
   }
+  job.figure("optimizer_ms", optimizer_us / 1000.0, "ms", "rank 0's optimizer step on its stream, the last step");
+  job.figure("adam_state_MiB", MiB(2.0 * static_cast<double>(dp.adam_m().bytes())), "MiB",
+             shard_optimizer ? "AdamW's m and v on rank 0: its shard of its stage's" : "AdamW's m and v on rank 0");
   job.figure("peak_allocated_MiB", MiB(static_cast<double>(dev.allocator().peak_allocated())), "MiB", "measured, rank 0 (the first stage)");
   double most = 0;  // the rank whose memory must fit
   for (double peak : job.every_rank(static_cast<double>(dev.allocator().peak_allocated()))) most = std::max(most, peak);
@@ -398,20 +410,27 @@ void lesson(Job& job) {
              "rank 0: the most micro-batches' saved activations the schedule keeps at once");
 
   // 6. The proof: the ranks' parameters put together equal single-rank training.
+  dp.all_gathered(compute);  // sharded: the last step's updates gathered
   if (dev.computes() && setup.check_reference) {
-    // Each rank places its parameters in the whole model (the tied wte's last-rank copy left
-    // out: the first rank's is the one) and the ranks' places are summed.
-    const std::vector<int> placed(mine.begin() + (wte_copy ? 1 : 0), mine.end());
-    const int64_t skipped = wte_copy ? params[0].shape.numel() : 0;
-    const auto whole = [&](const Tensor& buffer) {
-      std::vector<float> local(static_cast<size_t>(n)), natural(static_cast<size_t>(gpt_num_params(cfg)), 0.0f);
-      copy_to_host(dev, compute, local.data(), buffer);
-      place_params(params, placed, local.data() + skipped, natural);
-      return ch02::summed_over(dev, *pipeline, std::move(natural));
+    // Each rank places what it holds in the whole model (the tied wte's last-stage copy left
+    // out: the first stage's is the one), and the ranks' places are summed: over the pipeline
+    // for what every replica holds whole, over the world for the moments' shards.
+    const auto whole = [&](const Tensor& buffer, int shards) {
+      const int index = shards > 1 ? dp.shard_index() : 0;
+      std::vector<float> held(static_cast<size_t>(buffer.numel())), local(static_cast<size_t>(n), 0.0f),
+          natural(static_cast<size_t>(gpt_num_params(cfg)), 0.0f);
+      copy_to_host(dev, compute, held.data(), buffer);
+      for (const ch11::ParamRun& run : runs) {
+        if (run.tied_copy) continue;
+        const int64_t shard = run.padded / shards;
+        std::copy_n(held.data() + run.offset / shards, shard, local.data() + run.offset + index * shard);
+        place_params(params, run.params, local.data() + run.offset, natural);
+      }
+      return ch02::summed_over(dev, shards > 1 ? job.world() : *pipeline, std::move(natural));
     };
-    ch02::check_against_reference(job, setup, whole(weights), whole(adam_m));
+    ch02::check_against_reference(job, setup, whole(weights, 1), whole(dp.adam_m(), dp.shards()));
   }
-  for (Tensor* t : {&adam_v, &adam_m, &grads, &weights}) dev.free(*t);
+  for (Tensor* t : {&grads, &weights}) dev.free(*t);
 }
 
 }  // namespace

@@ -31,6 +31,20 @@ foreach(case "4;2;gpipe;3" "4;2;1f1b;3" "6;2;interleaved;3" "3;3;1f1b;2" "6;3;1f
   add_test(NAME "${test}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch11> --dp ${dp} --schedule ${schedule} --micro-batches ${m} --trace-dir ${RUNS} --run-name ch11_dp${dp}_${schedule}_np${np})
   set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
 endforeach()
+# The optimizer sharded over the replicas (ZeRO-1): 2 and 3 replicas, each schedule but GPipe's.
+foreach(case "4;2;1f1b;3" "6;3;zb-h1;2" "6;2;interleaved;3" "3;3;1f1b;2")
+  list(GET case 0 np)
+  list(GET case 1 dp)
+  list(GET case 2 schedule)
+  list(GET case 3 m)
+  set(test "ch11: --dp ${dp} --shard-optimizer x --schedule ${schedule} over ${np} ranks equals single-rank training")
+  add_test(NAME "${test}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch11> --dp ${dp} --shard-optimizer --schedule ${schedule} --micro-batches ${m} --trace-dir ${RUNS} --run-name ch11_shard_dp${dp}_${schedule}_np${np})
+  set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
+endforeach()
+add_test(NAME "ch11: --shard-optimizer without replicas exits 2 naming the flag"
+         COMMAND ${EXPECT_EXIT} 2 "--shard-optimizer: got 'true'; allowed: only with --dp 2 or more \\(the replicas to shard over\\)" --not "step 1/"
+                 -- ${MPIRUN} -np 2 $<TARGET_FILE:shardlab_ch11> --shard-optimizer)
+set_tests_properties("ch11: --shard-optimizer without replicas exits 2 naming the flag" PROPERTIES PROCESSORS 2)
 add_test(NAME "ch11: --dp that does not divide the world exits 2 naming the flag"
          COMMAND ${EXPECT_EXIT} 2 "--dp: got '3'; allowed: a divisor of the 4 ranks \\(the world is D x P\\)" --not "step 1/"
                  -- ${MPIRUN} -np 4 $<TARGET_FILE:shardlab_ch11> --dp 3)
@@ -94,3 +108,18 @@ set(test "ch11: ZB-H1 shortens 1F1B's step, its bubble meets its formula, and B 
 add_test(NAME "${test}"
          COMMAND sh -c "${_runs}${Python3_EXECUTABLE} ${TESTS}/harness/check_figures.py '${RUNS}/ch11_zb_zb-h1/summary.json' --as f1b '${RUNS}/ch11_zb_1f1b/summary.json' 'step_ms < 0.9 * f1b_step_ms' '0 < bubble_mean - bubble_formula < 0.02' 'bubble_mean < 0.7 * f1b_bubble_mean' 'abs((pass_B_ms + pass_W_ms) / f1b_pass_B_ms - 1) < 0.02' 'abs(pass_F_ms / f1b_pass_F_ms - 1) < 1e-6' 'activations_schedule_MiB == f1b_activations_schedule_MiB' 'peak_allocated_max_MiB == peak_allocated_MiB' '0 < peak_allocated_max_MiB - f1b_peak_allocated_max_MiB < 10'")
 set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS 4)
+# The optimizer sharded over 2 replicas of GPT-2 small's 4 stages against replicated: rank 0's
+# AdamW state halved (to the padding), the largest peak over the ranks lower by what rank 0
+# no longer holds (to the allocator's rounding: a large block takes whole 2 MiB pages, up to 2
+# MiB more each for m and v), and the step no longer (the reduce-scatters move half an all-reduce's bytes,
+# and each replica updates half the parameters).
+set(_runs "")
+foreach(run "replicated;" "sharded;--shard-optimizer")
+  list(GET run 0 name)
+  list(GET run 1 flags)
+  string(APPEND _runs "${MPIRUN_SH} -np 8 $<TARGET_FILE:shardlab_ch11> --dp 2 --model gpt2-small --global-batch 16 --seq-len 1024 --micro-batches 8 --compute skip --steps 2 ${flags} --trace-dir '${RUNS}' --run-name ch11_zero_${name} > /dev/null && ")
+endforeach()
+set(test "ch11: --shard-optimizer halves rank 0's AdamW state, lowers the largest peak by as much, and keeps the step")
+add_test(NAME "${test}"
+         COMMAND sh -c "${_runs}${Python3_EXECUTABLE} ${TESTS}/harness/check_figures.py '${RUNS}/ch11_zero_sharded/summary.json' --as rep '${RUNS}/ch11_zero_replicated/summary.json' 'abs(adam_state_MiB / rep_adam_state_MiB - 0.5) < 1e-4' 'abs((rep_peak_allocated_MiB - peak_allocated_MiB) - (rep_adam_state_MiB - adam_state_MiB)) < 4' 'peak_allocated_max_MiB == peak_allocated_MiB' 'step_ms <= rep_step_ms'")
+set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS 8)

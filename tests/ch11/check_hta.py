@@ -7,7 +7,7 @@ HTA (pip package HolisticTraceAnalysis) is not among the project's packages: wit
 prints "skipped: ..." and exits 77, which ctest counts as skipped. With it, for the two reference
 runs (traces/11_gpipe and 11_pipeline_parallel, 1F1B: GPT-2 small, 4 stages, 8 micro-batches), HTA's
 get_gpu_user_annotation_breakdown must find the passes the chapter names on the compute streams
-(RecordFunction's gpu_user_annotation ranges): F0 .. F7 and B0 .. B7 on every rank; a backward
+(RecordFunction's gpu_user_annotation ranges): F0 .. F7, B0 .. B7 and the optimizer on every rank; a backward
 must take about twice its forward (its matmuls do twice the FLOPs: 1.8 to 2.2 times); and each
 rank's passes must take the same time under both schedules (within 1 %): a schedule moves the
 passes, it does not change them. HTA analyses every ProfilerStep but the last: step 1 of the 2.
@@ -34,14 +34,14 @@ def main():
         return 77
     traces = sys.argv[1]
     problems = []
-    expected = {f"{kind}{m}" for kind in "FB" for m in range(8)}
+    expected = {f"{kind}{m}" for kind in "FB" for m in range(8)} | {"optimizer"}
     found = {run: passes(traces, run) for run in ("11_gpipe", "11_pipeline_parallel")}
     for run, ranks in found.items():
         if sorted(ranks) != [0, 1, 2, 3]:
             problems.append(f"{run}: HTA found annotations on ranks {sorted(ranks)}, not 0-3")
         for rank, names in sorted(ranks.items()):
             if set(names) != expected:
-                problems.append(f"{run} rank {rank}: HTA found {sorted(names)}, not F0-F7 and B0-B7")
+                problems.append(f"{run} rank {rank}: HTA found {sorted(names)}, not F0-F7, B0-B7 and optimizer")
                 continue
             forward = sum(names[f"F{m}"] for m in range(8)) / 8
             backward = sum(names[f"B{m}"] for m in range(8)) / 8
