@@ -123,3 +123,18 @@ set(test "ch11: --shard-optimizer halves rank 0's AdamW state, lowers the larges
 add_test(NAME "${test}"
          COMMAND sh -c "${_runs}${Python3_EXECUTABLE} ${TESTS}/harness/check_figures.py '${RUNS}/ch11_zero_sharded/summary.json' --as rep '${RUNS}/ch11_zero_replicated/summary.json' 'abs(adam_state_MiB / rep_adam_state_MiB - 0.5) < 1e-4' 'abs((rep_peak_allocated_MiB - peak_allocated_MiB) - (rep_adam_state_MiB - adam_state_MiB)) < 4' 'peak_allocated_max_MiB == peak_allocated_MiB' 'step_ms <= rep_step_ms'")
 set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS 8)
+# On the GPU (skipped without one): ZB-H1's split backward and the sharded optimizer's
+# reduce-scatters and in-place all-gathers on CUDA and NCCL-shaped streams, each checking itself
+# against single-rank training.
+foreach(case "2;zb-h1;--schedule zb-h1" "4;shard;--dp 2 --shard-optimizer --micro-batches 3")
+  list(GET case 0 np)
+  list(GET case 1 name)
+  list(GET case 2 flags)
+  separate_arguments(flags)
+  set(test "ch11: on the GPU at world ${np} (--comm mpi), ${name} equals single-rank training")
+  set(run ${RUNS}/ch11_cuda_${name})
+  string(JOIN " " flags_sh ${flags})
+  add_test(NAME "${test}"
+           COMMAND sh -c "rm -rf '${run}' && ${GPU_OR_SKIP} ${MPIRUN_SH} -np ${np} $<TARGET_FILE:shardlab_ch11> ${flags_sh} --device cuda --comm mpi --trace-dir '${RUNS}' --run-name ch11_cuda_${name} && ${VALIDATE_SH} '${run}' --ranks ${np}")
+  set_tests_properties("${test}" PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 PROCESSORS ${np})
+endforeach()
