@@ -72,10 +72,11 @@ set_tests_properties("ch11: --micro-batches that does not divide the global batc
 shardlab_same_loss_test(11)
 shardlab_one_step_test(11)
 shardlab_flag_fuzz_test(11)
-# The reference traces of the lesson's picture: GPT-2 small timing on 4 ranks, 1F1B (the chapter's
-# default schedule) and GPipe.
+# The reference traces of the lesson's pictures: GPT-2 small timing on 4 ranks, 1F1B (the chapter's
+# default schedule), GPipe and ZB-H1.
 shardlab_reference_trace_gz_test(ch11 shardlab_ch11 11_pipeline_parallel 4 --model gpt2-small --global-batch 8 --seq-len 1024 --micro-batches 8 --compute skip --steps 2 --schedule 1f1b)
 shardlab_reference_trace_gz_test(ch11_gpipe shardlab_ch11 11_gpipe 4 --model gpt2-small --global-batch 8 --seq-len 1024 --micro-batches 8 --compute skip --steps 2 --schedule gpipe)
+shardlab_reference_trace_gz_test(ch11_zb shardlab_ch11 11_zb_h1 4 --model gpt2-small --global-batch 8 --seq-len 1024 --micro-batches 8 --compute skip --steps 2 --schedule zb-h1)
 shardlab_readme_test(ch11 shardlab_ch11 11_pipeline_parallel)
 set(test "ch11: HTA reads the reference traces: every pass named on every rank, a backward twice its forward")
 add_test(NAME "${test}" COMMAND ${Python3_EXECUTABLE} ${TESTS}/ch11/check_hta.py ${PROJECT_SOURCE_DIR}/traces)

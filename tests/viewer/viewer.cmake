@@ -49,6 +49,14 @@ if(TARGET shardlab-view AND XVFB_RUN)
                          PROPERTIES TIMEOUT 120 RESOURCE_LOCK xvfb)
   endforeach()
 
+  # Chapter 11's second picture: 1F1B against ZB-H1.
+  add_test(NAME "viewer: the README screenshot command of chapter 11's zero_bubble.png works"
+           COMMAND ${Python3_EXECUTABLE} ${TESTS}/viewer/check_readme_screenshot.py $<TARGET_FILE:shardlab-view>
+                   ${PROJECT_SOURCE_DIR}/chapters/11_pipeline_parallel/README.md ${VIEWER_OUT}/readme/11_zero_bubble.png
+                   zero_bubble.png)
+  set_tests_properties("viewer: the README screenshot command of chapter 11's zero_bubble.png works"
+                       PROPERTIES TIMEOUT 120 RESOURCE_LOCK xvfb)
+
   # Real input, replayed: scripts of synthetic events (--replay) through ImGui's GLFW backend,
   # the resulting view state (--state-out) checked against numbers (check_viewer_input.py).
   foreach(scenario_and_name
