@@ -156,12 +156,17 @@ namespace {
 int64_t f32_block(int64_t elements) {
   return static_cast<int64_t>(CachingAllocator::round_size(static_cast<size_t>(elements) * 4));
 }
+
+// Units are 0 (embeddings), 1..layers (blocks) and layers + 1 (the head).
+void check_unit(const char* function, const GPTConfig& c, int unit) {
+  if (unit < 0 || unit > c.layers + 1)
+    throw std::invalid_argument(std::string(function) + ": unit " + std::to_string(unit) + " of " +
+                                std::to_string(c.layers + 2));
+}
 }  // namespace
 
 int64_t gpt_unit_activation_bytes(const GPTConfig& c, int unit, int64_t B, int64_t T) {
-  if (unit < 0 || unit > c.layers + 1)
-    throw std::invalid_argument("gpt_unit_activation_bytes: unit " + std::to_string(unit) + " of " +
-                                std::to_string(c.layers + 2));
+  check_unit("gpt_unit_activation_bytes", c, unit);
   const int64_t BT = B * T, BTC = BT * c.channels;
   if (unit == 0) return f32_block(BTC);  // the embeddings' sum
   // A block's Acts: nine [B,T,C]-sized tensors (ln1, q, k, v, o, atty, x2, ln2, out), qkv
@@ -174,9 +179,7 @@ int64_t gpt_unit_activation_bytes(const GPTConfig& c, int unit, int64_t B, int64
 }
 
 int64_t gpt_unit_weight_grad_bytes(const GPTConfig& c, int unit, int64_t B, int64_t T) {
-  if (unit < 0 || unit > c.layers + 1)
-    throw std::invalid_argument("gpt_unit_weight_grad_bytes: unit " + std::to_string(unit) + " of " +
-                                std::to_string(c.layers + 2));
+  check_unit("gpt_unit_weight_grad_bytes", c, unit);
   const int64_t BT = B * T, BTC = BT * c.channels;
   if (unit == 0) return 0;
   if (unit <= c.layers) return 5 * f32_block(BTC) + f32_block(3 * BTC) + 2 * f32_block(4 * BTC);
@@ -202,8 +205,7 @@ double gpt_step_flops(const GPTConfig& c, int64_t tokens, int64_t T) {
 }
 
 double gpt_unit_flops(const GPTConfig& c, int unit, int64_t tokens, int64_t T) {
-  if (unit < 0 || unit > c.layers + 1)
-    throw std::invalid_argument("gpt_unit_flops: unit " + std::to_string(unit) + " of " + std::to_string(c.layers + 2));
+  check_unit("gpt_unit_flops", c, unit);
   if (unit == 0) return 0;
   double params = 0;
   for (const ParamInfo& p : gpt_params(c))
@@ -335,7 +337,9 @@ void GPT::forward(int unit, Stream& s) {
 
 void GPT::backward(int unit, Stream& s) {
   WeightPass& w = weights_pass_.at(static_cast<size_t>(unit));
-  if (!w.gemms.empty()) throw std::logic_error("GPT::backward: unit " + std::to_string(unit) + "'s weight gradients of the last backward are still queued: run backward_weights first");
+  if (!w.gemms.empty())
+    throw std::logic_error("GPT::backward: unit " + std::to_string(unit) +
+                           "'s weight gradients of the last backward are still queued: run backward_weights first");
   if (unit == 0) backward_embeddings(s);
   else if (unit <= cfg_.layers) backward_block(unit - 1, s);
   else backward_head(s);
