@@ -330,14 +330,31 @@ inline void check_against_reference(Job& job, const TrainSetup& setup, const std
     };
   };
   using Progress = std::function<void(int64_t)>;
-  const ReferenceRun reference = train_reference(setup, long_run ? Progress(progress("")) : Progress{});
   // The noise run (reference.h): the sequences reversed; in bf16 on the simulator, which rounds
   // as the reference does, only the ranks' shares summed in another order.
   const bool same_roundings = setup.param_dtype == DType::bf16 && job.device().simulated();
   const BatchOrder noise_order = same_roundings ? BatchOrder::shares_reversed : BatchOrder::reversed;
-  const ReferenceRun reordered = train_reference(
-      setup, long_run ? Progress(progress(same_roundings ? ", shares reversed" : ", sequences reversed")) : Progress{},
-      noise_order);
+  // Each run once, on its own rank (the reference on rank 0, the noise run on rank 1, side by
+  // side), every rank getting both: its parameters, then its moments, in one vector.
+  const auto trained = [&setup](BatchOrder order, Progress after_step) {
+    return [&setup, order, after_step] {
+      ReferenceRun run = train_reference(setup, after_step, order);
+      run.params.insert(run.params.end(), run.moments.begin(), run.moments.end());
+      return std::move(run.params);
+    };
+  };
+  const std::vector<std::vector<float>> runs = job.solved_once_each(
+      {trained(BatchOrder::as_sampled, long_run ? Progress(progress("")) : Progress{}),
+       trained(noise_order, long_run ? Progress(progress(same_roundings ? ", shares reversed" : ", sequences reversed"))
+                                     : Progress{})});
+  const auto unpacked = [](const std::vector<float>& both) {
+    const auto half = both.begin() + static_cast<std::ptrdiff_t>(both.size() / 2);
+    ReferenceRun run;
+    run.params.assign(both.begin(), half);
+    run.moments.assign(half, both.end());
+    return run;
+  };
+  const ReferenceRun reference = unpacked(runs[0]), reordered = unpacked(runs[1]);
   const double err = relative_error(params, reference.params);
   const double noise = relative_error(reordered.params, reference.params);
   const double tolerance = std::max(kRoundingFloor, kRoundingMargin * noise);

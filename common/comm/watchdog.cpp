@@ -70,7 +70,7 @@ double Watchdog::elapsed_s() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
 }
 
-void Watchdog::wait(MPI_Request* requests, int n, const std::string& what) {
+void Watchdog::wait(MPI_Request* requests, int n, const std::string& what, bool timed) {
   const auto begin = std::chrono::steady_clock::now();
   last_wait_ = what;
   auto nap = std::chrono::microseconds(20);
@@ -88,7 +88,7 @@ void Watchdog::wait(MPI_Request* requests, int n, const std::string& what) {
     if (pending_ && (noticed_ < begin || std::chrono::steady_clock::now() - noticed_ > kNoticeGrace))
       throw JobFailure(*pending_, false);
     const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-    if (timeout_s_ > 0 && waited > timeout_s_) timed_out(what, waited);
+    if (timed && timeout_s_ > 0 && waited > timeout_s_) timed_out(what, waited);
     // Most waits end within microseconds: spin first, then sleep, longer each time up to 1 ms.
     if (polls < 200) {
       std::this_thread::yield();

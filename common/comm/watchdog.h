@@ -108,9 +108,10 @@ class Watchdog {
 
   // Waits until every request completes. `what` names the wait for the timeout's message
   // ("allreduce #12 on world"). Throws JobFailure when another rank announced a failure, when
-  // this wait passes the timeout, or when the process was asked to terminate.
-  void wait(MPI_Request* requests, int n, const std::string& what);
-  void wait(MPI_Request& request, const std::string& what) { wait(&request, 1, what); }
+  // this wait passes the timeout, or when the process was asked to terminate. `timed` false:
+  // no timeout (a rank computing for minutes on purpose); a failure or a signal still ends it.
+  void wait(MPI_Request* requests, int n, const std::string& what, bool timed = true);
+  void wait(MPI_Request& request, const std::string& what, bool timed = true) { wait(&request, 1, what, timed); }
 
   // Tells every other rank that this job is failing (once; later calls do nothing).
   void announce(const Failure& f);

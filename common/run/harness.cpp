@@ -40,10 +40,10 @@ std::vector<std::string> gather_strings(const std::string& mine) {
   return out;
 }
 
-void broadcast_from_root(void* data, int count, MPI_Datatype type, const std::string& what) {
+void broadcast(int root, void* data, int count, MPI_Datatype type, const std::string& what, bool timed) {
   MPI_Request request;
-  MPI_Ibcast(data, count, type, 0, MPI_COMM_WORLD, &request);
-  Watchdog::get().wait(request, what);
+  MPI_Ibcast(data, count, type, root, MPI_COMM_WORLD, &request);
+  Watchdog::get().wait(request, what, timed);
 }
 
 std::string first_problem(const std::string& mine) {
@@ -52,9 +52,9 @@ std::string first_problem(const std::string& mine) {
   for (const auto& p : all)
     if (first.empty()) first = p;
   int len = static_cast<int>(first.size());
-  broadcast_from_root(&len, 1, MPI_INT, "the configuration checks' verdict");
+  broadcast(0, &len, 1, MPI_INT, "the configuration checks' verdict");
   first.resize(static_cast<size_t>(len));
-  broadcast_from_root(first.data(), len, MPI_CHAR, "the configuration checks' verdict");
+  broadcast(0, first.data(), len, MPI_CHAR, "the configuration checks' verdict");
   return first;
 }
 

@@ -26,8 +26,9 @@ void print_error(const std::string& line);
 // Every rank sends a string; rank 0 gets them all in rank order (the others, nothing).
 std::vector<std::string> gather_strings(const std::string& mine);
 
-// MPI_Bcast from rank 0 over MPI_COMM_WORLD; `what` names the wait if it times out.
-void broadcast_from_root(void* data, int count, MPI_Datatype type, const std::string& what);
+// MPI_Bcast from `root` over MPI_COMM_WORLD; `what` names the wait if it times out. `timed`
+// false: the others wait as long as the root takes (Watchdog::wait).
+void broadcast(int root, void* data, int count, MPI_Datatype type, const std::string& what, bool timed = true);
 
 // The lowest rank's problem, on every rank ("" when no rank has one): a check that may differ
 // between ranks still ends the job with one message and the same exit on all of them.

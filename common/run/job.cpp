@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -56,16 +57,36 @@ Job::~Job() { world_.reset(); }
 
 std::string Job::run_dir() const { return shardlab::run_dir(flags_, info_); }
 
+namespace {
+// `root`'s value on every rank. The watchdog's waits sleep between polls: the others leave the
+// root the cores.
+template <class T>
+void share(int root, std::vector<T>& value, MPI_Datatype type, const std::string& what, bool timed) {
+  uint64_t n = value.size();
+  broadcast(root, &n, 1, MPI_UINT64_T, what, timed);
+  value.resize(n);
+  constexpr uint64_t kPiece = uint64_t{1} << 28;  // MPI counts are ints: a large model's values go in pieces
+  for (uint64_t at = 0; at < n; at += kPiece)
+    broadcast(root, value.data() + at, static_cast<int>(std::min(kPiece, n - at)), type, what, timed);
+}
+}  // namespace
+
 std::vector<double> Job::solved_once(const std::function<std::vector<double>()>& solve) {
   std::vector<double> value;
   if (is_root()) value = solve();
-  if (world_size_ == 1) return value;
-  // The watchdog's waits sleep between polls: the others leave rank 0 the cores.
-  uint64_t n = value.size();
-  broadcast_from_root(&n, 1, MPI_UINT64_T, "a value rank 0 computes for all");
-  value.resize(n);
-  broadcast_from_root(value.data(), static_cast<int>(n), MPI_DOUBLE, "a value rank 0 computes for all");
+  if (world_size_ > 1) share(0, value, MPI_DOUBLE, "a value rank 0 computes for all", true);
   return value;
+}
+
+std::vector<std::vector<float>> Job::solved_once_each(const std::vector<std::function<std::vector<float>()>>& solves) {
+  std::vector<std::vector<float>> values(solves.size());
+  for (size_t i = 0; i < solves.size(); ++i)
+    if (static_cast<int>(i) % world_size_ == rank_) values[i] = solves[i]();
+  if (world_size_ > 1)
+    for (size_t i = 0; i < solves.size(); ++i)
+      share(static_cast<int>(i) % world_size_, values[i], MPI_FLOAT,
+            "value " + std::to_string(i) + " of those the ranks compute for all (no timeout)", false);
+  return values;
 }
 
 std::vector<double> Job::every_rank(double mine) {

@@ -134,6 +134,12 @@ class Job {
   // rank on the same cores. Over MPI in host memory, not traced; the other ranks wait without
   // spinning (they sleep between polls), so rank 0 has the cores to itself.
   std::vector<double> solved_once(const std::function<std::vector<double>()>& solve);
+  // The same for several values, each computed once on its own rank and side by side: the i-th
+  // solve runs on rank i mod the world size, and every rank gets every result. For the two
+  // single-rank reference runs every rank compares itself with: on a laptop the ranks share its
+  // cores, and W ranks each training both would take W times as long. These waits have no
+  // timeout (a reference on a large model takes minutes) but end when another rank fails.
+  std::vector<std::vector<float>> solved_once_each(const std::vector<std::function<std::vector<float>()>>& solves);
 
   // Every rank's `mine`, in rank order, on every rank: for a figure that compares the ranks (the
   // slowest over the mean). Over MPI in host memory, not traced.

@@ -15,10 +15,18 @@
 //                 the job ends saying what ran out and which flags make the run smaller;
 //   --mode skip-loss  it records no loss for that step, so it skips the step's last
 //                 collective, the loss all-reduce at the step's end, while the others wait in
-//                 it: after --collective-timeout the job ends naming it, its traces written.
+//                 it: after --collective-timeout the job ends naming it, its traces written;
+//   --mode slow-solve  every rank computes a value for all (Job::solved_once_each), its own
+//                 taking a second longer than --collective-timeout: the others wait for it (a
+//                 single-rank reference takes minutes), and the run ends well;
+//   --mode solve-throws  the same, its own solve throwing: the others, waiting without a
+//                 timeout, hear of it, and the job ends with its message.
 // The failed step prints no progress line.
+#include <chrono>
+#include <functional>
 #include <limits>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 #include <string>
 
@@ -37,11 +45,14 @@ int main(int argc, char** argv) {
   const auto add_flags = [](Flags& f) {
     f.add_int("failing-rank", &failing_rank, 0, 1 << 20, "the rank that goes wrong");
     f.add_int("failing-step", &failing_step, 1, 1 << 20, "the step (from 1) in which it does");
-    f.add_choice("mode", &mode, {"throw", "skip", "race", "skip-loss", "skip-sendrecv", "deadlock-sendrecv", "host-oom"},
+    f.add_choice("mode", &mode,
+                 {"throw", "skip", "race", "skip-loss", "skip-sendrecv", "deadlock-sendrecv", "host-oom", "slow-solve",
+                  "solve-throws"},
                  "throw: it throws; skip: it skips that step's all-reduce; race: it forgets a wait; "
                  "skip-loss: it skips the step's closing loss all-reduce; skip-sendrecv: it skips the step's ring sendrecv; "
                  "deadlock-sendrecv: every rank sends before it receives, in two calls; "
-                 "host-oom: it runs out of host memory");
+                 "host-oom: it runs out of host memory; slow-solve: its value for all outlasts --collective-timeout; "
+                 "solve-throws: its value for all throws");
   };
   const ChapterInfo chapter{.id = "fail_one_rank", .title = "A failing rank", .default_steps = 2};
   return run_chapter(argc, argv, chapter, add_flags, [](Job& job) {
@@ -62,6 +73,21 @@ int main(int argc, char** argv) {
       const int n = job.world_size(), r = job.rank();
       if (mode == "skip-sendrecv" && !wrong)  // a ring shift, as chapter 08's KV exchange
         job.world().sendrecv(t, (r + 1) % n, ring, (r + n - 1) % n, dev.compute_stream());
+      if ((mode == "slow-solve" || mode == "solve-throws") && step + 1 == failing_step) {
+        std::vector<std::function<std::vector<float>()>> solves;
+        for (int i = 0; i < n; ++i)
+          solves.emplace_back([i, &job] {
+            if (i == failing_rank && mode == "solve-throws")
+              throw std::runtime_error("deliberate failure in rank " + std::to_string(i) + "'s solve");
+            if (i == failing_rank)
+              std::this_thread::sleep_for(std::chrono::duration<double>(job.flags().collective_timeout_s + 1));
+            return std::vector<float>{static_cast<float>(job.rank()), static_cast<float>(i)};
+          });
+        const std::vector<std::vector<float>> values = job.solved_once_each(solves);
+        for (int i = 0; i < n; ++i)
+          if (values[static_cast<size_t>(i)] != std::vector<float>{static_cast<float>(i), static_cast<float>(i)})
+            throw std::logic_error("solved_once_each: value " + std::to_string(i) + " is not rank " + std::to_string(i) + "'s");
+      }
       if (mode == "deadlock-sendrecv" && step + 1 == failing_step) {  // every rank: the send alone, first
         job.world().sendrecv(t, (r + 1) % n, Tensor{}, -1, dev.compute_stream());
         job.world().sendrecv(Tensor{}, -1, ring, (r + n - 1) % n, dev.compute_stream());

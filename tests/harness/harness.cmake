@@ -128,6 +128,15 @@ shardlab_failed_run_test("a rank that skips a ring sendrecv is named, not the ra
 shardlab_failed_run_test("sendrecvs that wait for each other are named as a deadlock with their peers" failed_deadlock_sendrecv 3 18
   "'collective timeout \\(--collective-timeout 5 s\\): sendrecvs on world wait for each other: rank 0 in #1 \\(sending to rank 1\\); rank 1 in #1 \\(sending to rank 2\\); rank 2 in #1 \\(sending to rank 0\\)' --not 'never by'"
   "--mode deadlock-sendrecv --steps 3 --failing-step 2 --collective-timeout 5" "")
+# Values the ranks compute once for all (Job::solved_once_each: chapters' single-rank reference
+# runs, each on its own rank): the others wait past --collective-timeout for a slow one, and a
+# solve that throws still ends the job with its message.
+add_test(NAME "harness: ranks wait past --collective-timeout for a value another rank computes for all"
+         COMMAND ${EXPECT_EXIT} 0 "step 2/2" -- ${MPIRUN} -np 3 $<TARGET_FILE:fail_one_rank> --mode slow-solve --collective-timeout 1 --trace-dir ${RUNS} --run-name slow_solve)
+set_tests_properties("harness: ranks wait past --collective-timeout for a value another rank computes for all" PROPERTIES TIMEOUT 60 PROCESSORS 3)
+shardlab_failed_run_test("a solve for all that throws ends the job with its message, the others waiting without a timeout" failed_solve_throws 3 60
+  "'rank 1: error: deliberate failure in rank 1.s solve' --not 'collective timeout'"
+  "--mode solve-throws --steps 3 --failing-step 2" "--failed-rank 1 --kind error --steps 1")
 shardlab_failed_run_test("a rank out of host memory says so and what to change, every trace written" failed_host_oom 2 60
   "'rank 1: error: out of host memory \\(std::bad_alloc\\)' --also 'use --compute skip' --not 'terminate called'"
   "--mode host-oom --steps 4 --failing-step 3" "")
