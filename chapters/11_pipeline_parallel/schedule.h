@@ -124,6 +124,7 @@ inline std::vector<Action> interleaved_1f1b(const Pipeline& p, int rank) {
 // the rest after its last B. With equal passes the clock idles P - 1 ticks a rank instead of
 // 1F1B's 2 (P - 1), and no rank holds more micro-batches from F to W than 1F1B's P.
 inline std::vector<Action> zb_h1(const Pipeline& p, int rank) {
+  // lab: begin 11.zero-bubble "ZB-H1: 1F1B's forwards and backwards, each backward's W held back while more than s wait" #zero-bubble-the-backward-cut-in-two-zb-h1 uses(p, rank)
   std::vector<Action> order;
   std::vector<int> queued;  // micro-batches whose W waits, oldest first
   for (const Action& a : one_f_one_b(p, rank)) {
@@ -137,6 +138,7 @@ inline std::vector<Action> zb_h1(const Pipeline& p, int rank) {
   }
   for (int m : queued) order.push_back({Pass::weight, m});
   return order;
+  // lab: end
 }
 
 inline std::vector<Action> order(const std::string& schedule, const Pipeline& p, int rank) {
