@@ -192,6 +192,15 @@ std::string human_bytes(double bytes) {
   return buf;
 }
 
+std::string collective_size_text(const CollectiveRecord& c) {
+  if (c.name != "sendrecv") return human_bytes(static_cast<double>(collective_bytes(c)));
+  std::string text;
+  if (c.in_nelems > 0) text = "sends " + human_bytes(static_cast<double>(c.in_nelems * c.dtype_bytes));
+  if (c.out_nelems > 0)
+    text += (text.empty() ? "" : ", ") + std::string("receives ") + human_bytes(static_cast<double>(c.out_nelems * c.dtype_bytes));
+  return text.empty() ? "0 B" : text;
+}
+
 int64_t link_bytes(const CollectiveRecord& c) {
   return std::llround(static_cast<double>(collective_bytes(c)) * bus_factor(c.name, c.group_size));
 }

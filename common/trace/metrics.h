@@ -120,5 +120,9 @@ double uncovered_length(double a, double b, double t0, double t1, const std::vec
 int64_t collective_bytes(const CollectiveRecord& c);
 // The bytes one rank sends over its link in the ring model: S x the bus factor (see above).
 int64_t link_bytes(const CollectiveRecord& c);
+// What an operation moves, as a label says it: its bytes S ("3.00 MiB"); for a sendrecv each
+// side that moves anything ("sends 3.00 MiB, receives 3.00 MiB"; a pipeline's first stage, which
+// only takes gradients back, "receives 3.00 MiB"), since its S is what it sends.
+std::string collective_size_text(const CollectiveRecord& c);
 
 }  // namespace shardlab

@@ -161,6 +161,18 @@ TEST_CASE("collective_metrics: bytes, bandwidths and step assignment", "[metrics
             .algbw_GBps == 0);  // zero duration: no bandwidth rather than inf
 }
 
+TEST_CASE("collective_size_text: a collective's bytes, a sendrecv's two sides", "[metrics]") {
+  const auto record = [](const char* name, int64_t in, int64_t out) {
+    return CollectiveRecord{name, in, out, 4, 4, "0", 1, 0, 1, "", LinkTierKind::unknown};
+  };
+  CHECK(collective_size_text(record("allreduce", 786'432, 786'432)) == "3.00 MiB");
+  CHECK(collective_size_text(record("allgather", 196'608, 786'432)) == "3.00 MiB");  // the gathered output
+  CHECK(collective_size_text(record("sendrecv", 786'432, 786'432)) == "sends 3.00 MiB, receives 3.00 MiB");
+  CHECK(collective_size_text(record("sendrecv", 0, 786'432)) == "receives 3.00 MiB");  // a first stage's gradient
+  CHECK(collective_size_text(record("sendrecv", 786'432, 0)) == "sends 3.00 MiB");     // a first stage's activation
+  CHECK(collective_size_text(record("sendrecv", 0, 0)) == "0 B");
+}
+
 TEST_CASE("range_metrics: link bytes by tier, as the ring model sends them, at group sizes 1 to 4", "[metrics]") {
   RankTimeline tl;
   tl.steps = {{1, 0, 100}, {2, 100, 200}};

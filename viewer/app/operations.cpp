@@ -85,7 +85,7 @@ RunOperations index_operations(const Run& run) {
         // A collective by its kind and size, as its record in the timeline gives them.
         if (const CollectiveRecord* record = collective_record(run, static_cast<int>(r), static_cast<int>(l), i)) {
           std::string label = record->name;
-          label.append(" ").append(human_bytes(static_cast<double>(collective_bytes(*record))));
+          label.append(" ").append(collective_size_text(*record));
           id = op_id("collective", std::move(label), true);
         }
         if (id == RunOperations::kNone) {
