@@ -1,8 +1,8 @@
 # Lab mode (tests/labs/README.md). The suite runs every chapter test on the solution; here the
 # grader checks what the suite does not: the markers and labs.json agree, each exercise has tests
 # and a README section, and the solution meets every performance target. Then student trees and
-# bug hunts are built and graded in their own build (check_labs.py): both cores for about 6
-# minutes on a quiet 2-core machine, half of it the students' tree's first build
+# bug hunts are built and graded in their own build (check_labs.py): both cores for about 18
+# minutes on a quiet 2-core machine, a quarter of it the students' tree's first build
 # (`ctest -LE labs` leaves it out).
 # The solution grades 100%: the grading tests of every chapter (labs.json's `tests`) are this
 # test's fixture setups, so ctest runs it only once every one of them has passed (a failed setup
