@@ -424,10 +424,9 @@ void slice_details(const AppState& app, const SliceRef& ref) {
   if (const CollectiveRecord* record = app.collective_record(ref)) {
     const CollectiveMetrics c = collective_metrics(*record);
     ImGui::Separator();
-    if (point_to_point(c.name))  // its two sides: a receive alone sends nothing
-      ImGui::Text("%s: %s, in a group of %d ranks", c.name.c_str(), collective_size_text(*record).c_str(), c.group_size);
-    else
-      ImGui::Text("%s of %s over %d ranks", c.name.c_str(), human_bytes(static_cast<double>(c.bytes)).c_str(), c.group_size);
+    // A sendrecv by its two sides (a receive alone sends nothing), a collective by its bytes.
+    ImGui::Text(point_to_point(c.name) ? "%s: %s, in a group of %d ranks" : "%s of %s over %d ranks", c.name.c_str(),
+                collective_size_text(*record).c_str(), c.group_size);
     ImGui::Text("algbw %.1f GB/s   busbw %.1f GB/s", c.algbw_GBps, c.busbw_GBps);
     if (c.link_tier == LinkTierKind::unknown)
       ImGui::TextDisabled("link: the trace does not say");
