@@ -122,8 +122,7 @@ function(shardlab_readme_test name target dir)
   set(check "${Python3_EXECUTABLE} ${TESTS}/repository/check_readme_figures.py --numbers")
   add_test(NAME "${name}: the README quotes what the chapter prints"
            COMMAND sh -c "${MPIRUN_SH} -np 4 $<TARGET_FILE:${target}> ${flags} --trace-dir '${RUNS}' --run-name ${name}_readme > /dev/null && ${check} ${PROJECT_SOURCE_DIR}/chapters/${dir}/README.md '${RUNS}/${name}_readme/summary.json' --mpirun '${MPIRUN_SH}' --bin $<TARGET_FILE_DIR:${target}>")
-  # COST: a minute or more on 2 cores; a build with no ctest times yet starts it early (tests/README.md).
-  set_tests_properties("${name}: the README quotes what the chapter prints" PROPERTIES TIMEOUT 300 PROCESSORS 4 COST 60)
+  set_tests_properties("${name}: the README quotes what the chapter prints" PROPERTIES TIMEOUT 300 PROCESSORS 4)
 endfunction()
 
 # Reference traces in traces/ must be what the code writes now: regenerate with the command in

@@ -34,8 +34,7 @@ function(shardlab_notebook_test notebook)
   set(runs ${RUNS}/notebooks/${stem})
   add_test(NAME "notebook: ${notebook} executes and its prose quotes what its cells print"
            COMMAND sh -c "rm -rf '${runs}' && SHARDLAB_BUILD='${CMAKE_BINARY_DIR}' SHARDLAB_RUNS='${runs}' SHARDLAB_FIGURES='${CMAKE_BINARY_DIR}/test-figures' ${JUPYTER} nbconvert --to notebook --execute '${PROJECT_SOURCE_DIR}/notebooks/${notebook}' --output-dir '${CMAKE_BINARY_DIR}/test-notebooks' && ${Python3_EXECUTABLE} '${TESTS}/repository/check_notebook_numbers.py' '${CMAKE_BINARY_DIR}/test-notebooks/${notebook}'")
-  # COST: a minute or more on 2 cores; a build with no ctest times yet starts it early (tests/README.md).
-  set_tests_properties("notebook: ${notebook} executes and its prose quotes what its cells print" PROPERTIES TIMEOUT 900 PROCESSORS 4 COST 60)
+  set_tests_properties("notebook: ${notebook} executes and its prose quotes what its cells print" PROPERTIES TIMEOUT 900 PROCESSORS 4)
 endfunction()
 shardlab_notebook_test(00_streams_events.ipynb)
 shardlab_notebook_test(01_ring_allreduce.ipynb)

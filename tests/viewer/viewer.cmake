@@ -15,8 +15,7 @@ if(TARGET shardlab_viewer_model)
   # The loader's libFuzzer target: run_fuzz.sh builds fuzz_trace_loader.cpp with clang++ (ASan,
   # UBSan) and fuzzes for 45 s; skipped (exit 77) where clang++ with libFuzzer is not installed.
   add_test(NAME "viewer: fuzz the trace loader" COMMAND ${TESTS}/viewer/run_fuzz.sh)
-  # COST: minutes on 2 cores; a build with no ctest times yet starts it early (tests/README.md).
-  set_tests_properties("viewer: fuzz the trace loader" PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS fuzz COST 150)
+  set_tests_properties("viewer: fuzz the trace loader" PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS fuzz)
 endif()
 
 # The viewer, headless under Xvfb (Mesa's software OpenGL): a real screenshot, and a bad file
