@@ -22,7 +22,7 @@ cmake --build --preset device
 
 # What verify.sh needs of the build (the programs, ctest's lists, CMakeCache.txt) travels as one
 # xz archive: about 3 MB, where build-device/ with its objects is over 60 MB and the working
-# tree, with the committed traces, already takes half of the 64 MiB a device call moves.
+# tree, with the committed traces, already takes three quarters of the 64 MiB a device call moves.
 echo "== packing the programs and ctest's lists into .device/build-device.tar.xz"
 mkdir -p .device
 find build-device -path '*/CMakeFiles' -prune -o -type f -print \
