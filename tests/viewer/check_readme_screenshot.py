@@ -24,7 +24,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_screenshot import CPU_LANES, GPU_LANES, picture_problem, read_png  # noqa: E402
+from check_screenshot import CPU_LANES, GPU_LANES, picture_problem, png_size  # noqa: E402
 
 
 def fail(message):
@@ -72,7 +72,7 @@ def main():
     width, height = (int(v) for v in args[args.index("--size") + 1].split("x"))
 
     # The README's picture is what the command makes: at least its size.
-    w, h, _ = read_png(os.path.join(root, picture))
+    w, h = png_size(os.path.join(root, picture))
     if (w, h) != (width, height):
         fail(f"{picture} is {w}x{h}, the command asks for {width}x{height}: regenerate it")
 

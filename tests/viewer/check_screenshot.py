@@ -5,6 +5,8 @@ Takes a headless screenshot of RUN_DIR with the viewer under Xvfb and checks the
 exists at the requested size, is not blank, and shows the lane colours of compute kernels (blue)
 and communication (orange). The PNG is decoded with zlib alone, so no imaging library is needed.
 """
+import collections
+import itertools
 import os
 import struct
 import subprocess
@@ -18,44 +20,83 @@ CPU_OP_GREY = (200, 200, 200)
 ANNOTATION_PURPLE = (150, 100, 210)
 
 
-def read_png(path):
-    """Returns (width, height, rows of (r, g, b) tuples) of an 8-bit RGB or RGBA PNG."""
+def png_chunks(path):
+    """(kind, body) of each chunk of a PNG file."""
     with open(path, "rb") as f:
         data = f.read()
     if data[:8] != b"\x89PNG\r\n\x1a\n":
         sys.exit(f"{path}: not a PNG")
-    pos, idat = 8, b""
+    pos = 8
     while pos < len(data):
         length, kind = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
-        if kind == b"IHDR":
-            width, height, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", body)
-            if depth != 8 or color not in (2, 6) or interlace:
-                sys.exit(f"{path}: expected 8-bit RGB(A), non-interlaced")
-        elif kind == b"IDAT":
-            idat += body
+        yield kind, data[pos + 8:pos + 8 + length]
         pos += 12 + length
+
+
+def png_size(path):
+    """(width, height) of a PNG, from its header alone."""
+    for kind, body in png_chunks(path):
+        if kind == b"IHDR":
+            return struct.unpack(">II", body[:8])
+    sys.exit(f"{path}: a PNG without its IHDR")
+
+
+def unfilter(kind, line, prev, bpp):
+    """A row with its PNG filter undone (prev: the row above, undone; bpp: bytes per pixel).
+    Python's loops are slow, so the common cases are cheap: an Up row is one integer sum,
+    and Paeth needs its three distances only where the neighbours differ."""
+    n = len(line)
+    if kind == 0:
+        return line
+    if kind == 2:  # Up: byte-wise (line + prev) mod 256 on the whole row as one integer
+        x, y = int.from_bytes(line, "little"), int.from_bytes(prev, "little")
+        low = int.from_bytes(b"\x7f" * n, "little")
+        high = int.from_bytes(b"\x80" * n, "little")
+        return bytearray((((x & low) + (y & low)) ^ ((x ^ y) & high)).to_bytes(n, "little"))
+    if kind == 1:
+        for i in range(bpp, n):
+            line[i] = (line[i] + line[i - bpp]) & 255
+    elif kind == 3:
+        for i in range(bpp):
+            line[i] = (line[i] + (prev[i] >> 1)) & 255
+        for i in range(bpp, n):
+            line[i] = (line[i] + ((line[i - bpp] + prev[i]) >> 1)) & 255
+    elif kind == 4:
+        for i in range(bpp):
+            line[i] = (line[i] + prev[i]) & 255
+        for i in range(bpp, n):
+            a, b, c = line[i - bpp], prev[i], prev[i - bpp]
+            if b == c:  # Paeth's predictor is a (|p - a| is 0): flat areas, most of a screenshot
+                line[i] = (line[i] + a) & 255
+            elif a == c:  # b (|p - b| is 0, |p - a| is not)
+                line[i] = (line[i] + b) & 255
+            else:
+                pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+    return line
+
+
+def read_png(path):
+    """Returns (width, height, rows of (r, g, b) tuples) of an 8-bit RGB or RGBA PNG."""
+    header, idat = None, []
+    for kind, body in png_chunks(path):
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat.append(body)
+    if header is None:
+        sys.exit(f"{path}: a PNG without its IHDR")
+    width, height, depth, color, _, _, interlace = header
+    if depth != 8 or color not in (2, 6) or interlace:
+        sys.exit(f"{path}: expected 8-bit RGB(A), non-interlaced")
     channels = 3 if color == 2 else 4
-    raw = zlib.decompress(idat)
+    raw = zlib.decompress(b"".join(idat))
     stride = width * channels
     rows, prev = [], bytearray(stride)
     for y in range(height):
         start = y * (stride + 1)
-        kind, line = raw[start], bytearray(raw[start + 1:start + 1 + stride])
-        for i in range(stride):  # undo the PNG filter of this row
-            a = line[i - channels] if i >= channels else 0
-            b, c = prev[i], prev[i - channels] if i >= channels else 0
-            if kind == 1:
-                line[i] = (line[i] + a) & 255
-            elif kind == 2:
-                line[i] = (line[i] + b) & 255
-            elif kind == 3:
-                line[i] = (line[i] + (a + b) // 2) & 255
-            elif kind == 4:
-                p = a + b - c
-                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
-        rows.append([tuple(line[x * channels:x * channels + 3]) for x in range(width)])
+        line = unfilter(raw[start], bytearray(raw[start + 1:start + 1 + stride]), prev, channels)
+        rows.append(list(zip(line[0::channels], line[1::channels], line[2::channels])))
         prev = line
     return width, height, rows
 
@@ -72,10 +113,7 @@ def picture_problem(path, want_width, want_height, lanes=GPU_LANES):
     width, height, rows = read_png(path)
     if (width, height) != (want_width, want_height):
         return f"screenshot is {width}x{height}, expected {want_width}x{want_height}"
-    counts = {}
-    for row in rows:
-        for px in row:
-            counts[px] = counts.get(px, 0) + 1
+    counts = collections.Counter(itertools.chain.from_iterable(rows))
     print(f"{len(counts)} distinct colours")
     if len(counts) < 50:
         return f"the screenshot looks blank: {len(counts)} distinct colours"
