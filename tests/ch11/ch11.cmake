@@ -1,6 +1,10 @@
 # Chapter 11: pipeline parallelism. The chapter checks itself against single-rank training: the
 # stages' parameters put together, after M micro-batches a step through every stage.
 shardlab_chapter_tests(ch11 shardlab_ch11)
+# A schedule that deadlocks (a student's send order, the bug hunt's) ends at --collective-timeout:
+# 20 s here, not the default 60, as a correct run takes a few seconds whole (under 8 s on a
+# loaded CI machine).
+set(_deadlock "--collective-timeout;20")
 # Each schedule at P = 2-4 with M from 1 to 3P (M < P leaves 1F1B no steady state; M = 1 is one
 # micro-batch crossing the stages alone); interleaving with M a multiple of P, V = 2 and 4.
 foreach(schedule gpipe 1f1b zb-h1)
@@ -8,7 +12,7 @@ foreach(schedule gpipe 1f1b zb-h1)
     list(GET case 0 np)
     list(GET case 1 m)
     set(test "ch11: --schedule ${schedule}, ${np} stages, ${m} micro-batches a step, equals single-rank training")
-    add_test(NAME "${test}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch11> --schedule ${schedule} --micro-batches ${m} --trace-dir ${RUNS} --run-name ch11_${schedule}_np${np}_m${m})
+    add_test(NAME "${test}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch11> --schedule ${schedule} --micro-batches ${m} ${_deadlock} --trace-dir ${RUNS} --run-name ch11_${schedule}_np${np}_m${m})
     set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
   endforeach()
 endforeach()
@@ -17,7 +21,7 @@ foreach(case "1;3;2" "2;2;2" "2;4;4" "3;6;2" "4;4;2" "4;12;2")
   list(GET case 1 m)
   list(GET case 2 v)
   set(test "ch11: --schedule interleaved, ${np} ranks x ${v} chunks, ${m} micro-batches a step, equals single-rank training")
-  add_test(NAME "${test}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch11> --schedule interleaved --virtual-stages ${v} --micro-batches ${m} --trace-dir ${RUNS} --run-name ch11_interleaved_np${np}_m${m}_v${v})
+  add_test(NAME "${test}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch11> --schedule interleaved --virtual-stages ${v} --micro-batches ${m} ${_deadlock} --trace-dir ${RUNS} --run-name ch11_interleaved_np${np}_m${m}_v${v})
   set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
 endforeach()
 # Pipeline x data parallelism: D copies of the pipeline, their stages' gradients averaged (P = 1
@@ -28,7 +32,7 @@ foreach(case "4;2;gpipe;3" "4;2;1f1b;3" "6;2;interleaved;3" "3;3;1f1b;2" "6;3;1f
   list(GET case 2 schedule)
   list(GET case 3 m)
   set(test "ch11: --dp ${dp} x --schedule ${schedule} over ${np} ranks equals single-rank training")
-  add_test(NAME "${test}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch11> --dp ${dp} --schedule ${schedule} --micro-batches ${m} --trace-dir ${RUNS} --run-name ch11_dp${dp}_${schedule}_np${np})
+  add_test(NAME "${test}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch11> --dp ${dp} --schedule ${schedule} --micro-batches ${m} ${_deadlock} --trace-dir ${RUNS} --run-name ch11_dp${dp}_${schedule}_np${np})
   set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
 endforeach()
 # The optimizer sharded over the replicas (ZeRO-1): 2 and 3 replicas, each schedule but GPipe's.
@@ -38,7 +42,7 @@ foreach(case "4;2;1f1b;3" "6;3;zb-h1;2" "6;2;interleaved;3" "3;3;1f1b;2")
   list(GET case 2 schedule)
   list(GET case 3 m)
   set(test "ch11: --dp ${dp} --shard-optimizer x --schedule ${schedule} over ${np} ranks equals single-rank training")
-  add_test(NAME "${test}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch11> --dp ${dp} --shard-optimizer --schedule ${schedule} --micro-batches ${m} --trace-dir ${RUNS} --run-name ch11_shard_dp${dp}_${schedule}_np${np})
+  add_test(NAME "${test}" COMMAND ${MPIRUN} -np ${np} $<TARGET_FILE:shardlab_ch11> --dp ${dp} --shard-optimizer --schedule ${schedule} --micro-batches ${m} ${_deadlock} --trace-dir ${RUNS} --run-name ch11_shard_dp${dp}_${schedule}_np${np})
   set_tests_properties("${test}" PROPERTIES TIMEOUT 300 PROCESSORS ${np})
 endforeach()
 add_test(NAME "ch11: --shard-optimizer without replicas exits 2 naming the flag"

@@ -40,7 +40,7 @@ endif()
 # ctest starts the tests others wait for before the rest (then the costliest first: COST where it
 # has no times of its own yet), so the solution's grade, which runs last anyway, waits for it too.
 set(_check "labs: student trees build with -Werror and fail exactly their exercises' tests, bug hunts their test, found by their tool, submissions graded against the kit")
-add_test(NAME "${_check}" COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/labs/check_labs.py ${CMAKE_BINARY_DIR}/labs --jobs 2)
+add_test(NAME "${_check}" COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/labs/check_labs.py ${CMAKE_BINARY_DIR}/labs --jobs 6)
 set_tests_properties("${_check}" PROPERTIES TIMEOUT 2400 PROCESSORS 2 LABELS labs COST 100000)
 set_tests_properties("${_solution}" PROPERTIES DEPENDS "${_check}")
 # What grade tells a student of a failed test: Catch2's assertion with its values and the case,
