@@ -30,11 +30,13 @@ function(shardlab_notebook_test notebook)
   endif()
   # Each notebook makes its runs afresh, in a directory of its own: a notebook reuses a run whose
   # summary.json exists, and a run left by an older build would be checked against today's code.
+  # Two slots, not one per rank: its runs come one at a time and keep about 1.2 cores busy, and
+  # declared last, the notebooks are the suite's tail, where with four slots each ran alone.
   get_filename_component(stem ${notebook} NAME_WE)
   set(runs ${RUNS}/notebooks/${stem})
   add_test(NAME "notebook: ${notebook} executes and its prose quotes what its cells print"
            COMMAND sh -c "rm -rf '${runs}' && SHARDLAB_BUILD='${CMAKE_BINARY_DIR}' SHARDLAB_RUNS='${runs}' SHARDLAB_FIGURES='${CMAKE_BINARY_DIR}/test-figures' ${JUPYTER} nbconvert --to notebook --execute '${PROJECT_SOURCE_DIR}/notebooks/${notebook}' --output-dir '${CMAKE_BINARY_DIR}/test-notebooks' && ${Python3_EXECUTABLE} '${TESTS}/repository/check_notebook_numbers.py' '${CMAKE_BINARY_DIR}/test-notebooks/${notebook}'")
-  set_tests_properties("notebook: ${notebook} executes and its prose quotes what its cells print" PROPERTIES TIMEOUT 900 PROCESSORS 4)
+  set_tests_properties("notebook: ${notebook} executes and its prose quotes what its cells print" PROPERTIES TIMEOUT 900 PROCESSORS 2)
 endfunction()
 shardlab_notebook_test(00_streams_events.ipynb)
 shardlab_notebook_test(01_ring_allreduce.ipynb)
