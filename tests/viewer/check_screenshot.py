@@ -41,17 +41,17 @@ def png_size(path):
     sys.exit(f"{path}: a PNG without its IHDR")
 
 
-def unfilter(kind, line, prev, bpp):
-    """A row with its PNG filter undone (prev: the row above, undone; bpp: bytes per pixel).
-    Python's loops are slow, so the common cases are cheap: an Up row is one integer sum,
-    and Paeth needs its three distances only where the neighbours differ."""
+def unfilter(kind, line, prev, bpp, masks):
+    """A row with its PNG filter undone (prev: the row above, undone; bpp: bytes per pixel;
+    masks: a row of 0x7f bytes and one of 0x80 as integers). Python's loops are slow, so the
+    common cases are cheap: an Up row is one integer sum, and Paeth needs its three distances
+    only where the neighbours differ."""
     n = len(line)
     if kind == 0:
         return line
     if kind == 2:  # Up: byte-wise (line + prev) mod 256 on the whole row as one integer
         x, y = int.from_bytes(line, "little"), int.from_bytes(prev, "little")
-        low = int.from_bytes(b"\x7f" * n, "little")
-        high = int.from_bytes(b"\x80" * n, "little")
+        low, high = masks
         return bytearray((((x & low) + (y & low)) ^ ((x ^ y) & high)).to_bytes(n, "little"))
     if kind == 1:
         for i in range(bpp, n):
@@ -93,9 +93,10 @@ def read_png(path):
     raw = zlib.decompress(b"".join(idat))
     stride = width * channels
     rows, prev = [], bytearray(stride)
+    masks = tuple(int.from_bytes(byte * stride, "little") for byte in (b"\x7f", b"\x80"))
     for y in range(height):
         start = y * (stride + 1)
-        line = unfilter(raw[start], bytearray(raw[start + 1:start + 1 + stride]), prev, channels)
+        line = unfilter(raw[start], bytearray(raw[start + 1:start + 1 + stride]), prev, channels, masks)
         rows.append(list(zip(line[0::channels], line[1::channels], line[2::channels])))
         prev = line
     return width, height, rows
