@@ -10,8 +10,9 @@
 // Built only with CUDA (its own executable, tests/CMakeLists.txt). Without a visible GPU it
 // prints "skipped: no CUDA device visible (...)" and exits 77 before any test runs; ctest
 // counts that as skipped (SKIP_RETURN_CODE 77).
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "catch_session.h"
 
 #include <cuda_runtime_api.h>
 
@@ -675,5 +676,5 @@ TEST_CASE("cuda device: a launch after another stream's unfinished work", "[cuda
 
 int main(int argc, char** argv) {
   if (skipped_without_gpu()) return kSkippedExitCode;
-  return Catch::Session().run(argc, argv);
+  return run_catch_session(argc, argv);
 }
