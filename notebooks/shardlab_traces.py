@@ -10,6 +10,7 @@ library writes; this module only reads events and draws them.
 import json
 import os
 import re
+from collections.abc import Mapping
 
 COLORS = {  # one colour per kind of work, as in the viewer
     "compute": "#4C72B0",
@@ -35,12 +36,34 @@ def kind_of(event):
     return "cpu_op"
 
 
+class RankFiles(Mapping):
+    """rank -> that rank's trace file, parsed when first asked for: a notebook that reads rank 0
+    of a 16-rank run parses one file, not sixteen (JSON parsing is most of a notebook's own time)."""
+
+    def __init__(self, path):
+        self.paths = dict(sorted((int(m.group(1)), os.path.join(path, f)) for f in os.listdir(path)
+                                 if (m := re.fullmatch(r"rank(\d+)\.json", f))))
+        self.parsed = {}
+
+    def __getitem__(self, rank):
+        if rank not in self.parsed:
+            with open(self.paths[rank]) as f:
+                self.parsed[rank] = json.load(f)
+        return self.parsed[rank]
+
+    def __iter__(self):
+        return iter(self.paths)
+
+    def __len__(self):
+        return len(self.paths)
+
+
 class Run:
     def __init__(self, path):
         self.path = path
-        self.summary = json.load(open(os.path.join(path, "summary.json")))
-        files = sorted((int(m.group(1)), f) for f in os.listdir(path) if (m := re.fullmatch(r"rank(\d+)\.json", f)))
-        self.ranks = {r: json.load(open(os.path.join(path, f))) for r, f in files}
+        with open(os.path.join(path, "summary.json")) as f:
+            self.summary = json.load(f)
+        self.ranks = RankFiles(path)  # rank -> its trace (a dict), read on first use
 
     def events(self, rank):
         return self.ranks[rank]["traceEvents"]
@@ -95,24 +118,32 @@ def plot_timeline(run, rank, window, path=None, title=None, annotate=(), ax=None
         fig, ax = plt.subplots(figsize=(12, 0.55 * len(lanes) + 1.4))
     if label_min_us is None:
         label_min_us = (t1 - t0) / 25
+    by_lane = {lane: [] for lane in lanes}
+    for e in run.events(rank):
+        if e.get("ph") == "X" and (e["pid"], e["tid"]) in by_lane:
+            by_lane[(e["pid"], e["tid"])].append(e)
     for row, lane in enumerate(lanes):
-        for e in run.events(rank):
-            if e.get("ph") != "X" or (e["pid"], e["tid"]) != lane:
-                continue
+        bars = {}  # (depth, zorder) -> ([(start, length)], [colour]): one artist each, bars in trace order
+        for e in by_lane[lane]:
             b, d = e["ts"], e["dur"]
             if b + d < t0 or b > t1 or e.get("cat") == "user_annotation":
                 continue
             k = kind_of(e)
-            # Device slices full height; on the CPU lane, scopes tall and the calls inside them short.
+            # Device slices full height; on the CPU lane, scopes tall and the calls inside them short,
+            # the scopes behind the calls they hold.
             depth = 0.8 if lane[0] < 100000 or k == "cpu_op" else 0.45
-            ax.broken_barh([(b - t0, d)], (row - depth / 2, depth), facecolors=COLORS[k], edgecolor="white",
-                           linewidth=0.3, zorder=1 if k == "cpu_op" else 2)  # scopes behind the calls they hold
+            spans, colours = bars.setdefault((depth, 1 if k == "cpu_op" else 2), ([], []))
+            spans.append((b - t0, d))
+            colours.append(COLORS[k])
             if e["name"] in annotate:
                 ax.text(b - t0 + d / 2, -0.9, e["name"], ha="center", va="bottom", fontsize=8)
                 ax.axvspan(b - t0, b - t0 + d, color="#EEEEEE", zorder=-1)
             elif lane[0] < 100000 and d >= label_min_us and k != "comm_wait":
                 short = e["name"].replace("Memcpy ", "").split(" (")[0].replace("ncclDevKernel_", "")
                 ax.text(b - t0 + d / 2, row, short, ha="center", va="center", fontsize=6, color="white", clip_on=True)
+        for (depth, zorder), (spans, colours) in bars.items():
+            ax.broken_barh(spans, (row - depth / 2, depth), facecolors=colours, edgecolor="white", linewidth=0.3,
+                           zorder=zorder)
     ax.set_yticks(range(len(lanes)))
     ax.set_yticklabels([names.get(l, str(l)) for l in lanes], fontsize=8)
     ax.set_ylim(len(lanes) - 0.4, -1.3)
