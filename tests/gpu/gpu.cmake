@@ -8,7 +8,7 @@ if(SHARDLAB_HAVE_CUDA)
                                      ${TESTS}/gpu/cuda_spin.cu ${PROJECT_SOURCE_DIR}/chapters/00_streams_events/polynomial.cu)
   target_link_libraries(shardlab_cuda_tests PRIVATE shardlab_common Catch2::Catch2 shardlab_warnings)
   target_include_directories(shardlab_cuda_tests PRIVATE ${PROJECT_SOURCE_DIR}/chapters ${TESTS})
-  set_source_files_properties(${TESTS}/gpu/cuda_test_ops.cpp PROPERTIES COMPILE_OPTIONS $<$<NOT:$<CONFIG:Debug>>:-O1>)  # as every test binary
+  set_source_files_properties(${TESTS}/gpu/cuda_test_ops.cpp PROPERTIES COMPILE_OPTIONS "${SHARDLAB_TEST_OPTIMIZATION}")
   add_test(NAME "cuda: kernels against the CPU ops" COMMAND shardlab_cuda_tests)
   set_tests_properties("cuda: kernels against the CPU ops" PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
 endif()

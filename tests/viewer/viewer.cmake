@@ -10,7 +10,7 @@ if(TARGET shardlab_viewer_model)
   add_executable(shardlab_viewer_tests $<TARGET_OBJECTS:shardlab_catch_impl> $<TARGET_OBJECTS:shardlab_catch_main> ${VIEWER_TEST_SOURCES})
   target_link_libraries(shardlab_viewer_tests PRIVATE shardlab_viewer_model ZLIB::ZLIB Catch2::Catch2 shardlab_warnings)
   target_compile_definitions(shardlab_viewer_tests PRIVATE SHARDLAB_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
-  target_compile_options(shardlab_viewer_tests PRIVATE $<$<NOT:$<CONFIG:Debug>>:-O1>)  # as every test binary (tests/CMakeLists.txt)
+  target_compile_options(shardlab_viewer_tests PRIVATE ${SHARDLAB_TEST_OPTIMIZATION})
   catch_discover_tests(shardlab_viewer_tests TEST_PREFIX "viewer: " EXTRA_ARGS --warn NoTests)
 
   # The loader's libFuzzer target: run_fuzz.sh builds fuzz_trace_loader.cpp with clang++ (ASan,
