@@ -184,8 +184,8 @@ class FsdpParamGroup {
 
   // reshard_after_forward=k (ZeRO++'s hpZ): instead of freeing the parameters after forward,
   // keep 1/k of each (a copy, so the whole can go) for backward to gather over the k ranks of
-  // `small`, a group of consecutive ranks: k times the memory of a shard, none of the all-gather
-  // across the rest of the world (FSDPParam.to_sharded_post_forward).
+  // `small`, a group of consecutive ranks: W/k times the memory of a shard (W the world), none of
+  // the all-gather across the rest of the world (FSDPParam.to_sharded_post_forward).
   void reshard_to(Comm& small) {
     Device& dev = job_.device();
     Stream& compute = dev.compute_stream();

@@ -5,7 +5,7 @@
 //   mpirun -np 4 build/chapters/shardlab_ch10 --sequence-parallel          # the residual stream cut by tokens too
 //   mpirun -np 4 build/chapters/shardlab_ch10 --sequence-parallel --async-tp  # all-gathers overlapped with the matmuls
 //   mpirun -np 4 build/chapters/shardlab_ch10 --tp 2                       # 2-way TP x FSDP2 over 2
-//   mpirun -np 8 build/chapters/shardlab_ch10 --model gpt2-small --global-batch 8 --seq-len 1024 --compute skip
+//   mpirun -np 4 build/chapters/shardlab_ch10 --model gpt2-small --global-batch 4 --seq-len 1024 --compute skip --steps 2
 //
 // Every rank of a tensor-parallel group holds its slice of every block (its heads, its share of
 // the MLP's hidden units) and of the vocabulary, and computes on the whole batch of its group:

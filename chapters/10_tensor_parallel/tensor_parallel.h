@@ -91,8 +91,9 @@ class MegatronTP : public TensorParallel {
   // j's tokens need only rank j's rows of the input. Each rank starts on its own rows while
   // passing them to the next rank of a ring; at step k it multiplies the rows that arrived from
   // k ranks back while the ring passes them on. T - 1 exchanges of one rank's rows each, the
-  // all-gather's bytes, run on a stream of their own under the matmuls; only the first piece
-  // waits for nothing and the last exchange's wait is exposed.
+  // all-gather's bytes, run on a stream of their own, each under one piece (the rows piece k + 1
+  // needs travel while piece k multiplies): what is exposed is each exchange's excess over its
+  // piece, nothing when the piece is the longer.
   bool fused_column_forward(Stream& s, const Tensor& out, const Tensor& x, const Tensor& weight,
                             const Tensor& bias) override {
     if (ring_ == nullptr || alone()) return false;

@@ -1,7 +1,7 @@
 // Chapter 11: pipeline parallelism, the model's units cut into stages over the ranks.
 //
 //   cmake --preset default && cmake --build --preset default
-//   mpirun -np 4 build/chapters/shardlab_ch11                      # tiny: 4 stages, 1F1B, checks itself
+//   mpirun -np 4 build/chapters/shardlab_ch11                      # tiny-8l: 4 stages, 1F1B, checks itself
 //   mpirun -np 4 build/chapters/shardlab_ch11 --schedule gpipe      # every forward, then every backward
 //   mpirun -np 2 build/chapters/shardlab_ch11 --micro-batches 6
 //   mpirun -np 4 build/chapters/shardlab_ch11 --schedule zb-h1      # backwards cut into B and W (zero bubble)
