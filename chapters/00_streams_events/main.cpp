@@ -1,8 +1,8 @@
 // Chapter 00: streams and events.
 //
 //   cmake --preset default && cmake --build --preset default
-//   mpirun -np 2 build/chapters/shardlab_ch00                 # simulated GPU, real math
-//   mpirun -np 2 build/chapters/shardlab_ch00 --race          # also the case with a missing wait
+//   mpirun -np 4 build/chapters/shardlab_ch00                 # simulated GPU, real math
+//   mpirun -np 4 build/chapters/shardlab_ch00 --race          # also the case with a missing wait
 //
 // A GPU runs work from queues called streams. The CPU only *enqueues*: a launch returns long
 // before the kernel runs, so the CPU races ahead of the GPU until something makes it wait.

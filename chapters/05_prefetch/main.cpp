@@ -3,7 +3,7 @@
 //   cmake --preset default && cmake --build --preset default
 //   mpirun -np 4 build/chapters/shardlab_ch05                              # tiny GPT: trains, checks itself
 //   mpirun -np 4 build/chapters/shardlab_ch05 --backward-prefetch none     # chapter 04's schedule
-//   mpirun -np 8 build/chapters/shardlab_ch05 --model gpt2-small --global-batch 8 --seq-len 1024 --compute skip --sweep
+//   mpirun -np 8 build/chapters/shardlab_ch05 --model gpt2-small --global-batch 8 --seq-len 1024 --compute skip --steps 2 --sweep
 //                                                                          # every mode, one table
 //
 // Chapter 04's FULL_SHARD backward left every all-gather exposed: unit u-1's all-gather was

@@ -16,7 +16,7 @@
 // on the GPU. The queue can hold more than `max_inflight` events, though: only one is taken per
 // all-gather, and the end of backward frees two units (the first block and the root) with no
 // all-gather after them. So a step starts with extra events queued, and early in forward the
-// all-gather of unit k waits for unit k-3's free (README.md, "Where it changes nothing").
+// all-gather of unit k waits for unit k-3's free (README.md, "Is it right?").
 #pragma once
 
 #include <algorithm>

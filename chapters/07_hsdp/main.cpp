@@ -146,7 +146,7 @@ void lesson(Job& job) {
     throw std::logic_error("expected " + std::to_string(expect_all_reduces) + " all-reduces per step, the trace shows " +
                            std::to_string(n.all_reduces));
   ch04::report_collective_counts(job, n);
-  job.figure("all_reduces_per_step", n.all_reduces, "", "from the trace: across the replicate group");
+  job.figure("allreduces_per_step", n.all_reduces, "", "from the trace: across the replicate group");
   ch04::check_against_reference(job, setup, model, fsdp.flat_params());
 }
 

@@ -158,7 +158,7 @@ void lesson(Job& job) {
   job.figure("exposed_kv_ms", mean(exposed_all), "ms", "KV exchange with no compute under it, mean over ranks");
 
   // The KV exchange hides under a step's attention when each rank's chunk is long enough
-  // (README.md, "When the KV exchange hides"): per step a rank sends 2 s C x 4 bytes and computes
+  // (README.md, "When the exchange hides"): per step a rank sends 2 s C x 4 bytes and computes
   // 4 s^2 C x rho FLOPs (rho = 1/2 for the balanced causal steps), so s >= (4 / (2 rho)) F / B.
   const RingPath hop = slowest_hop(profile, *group);
   const double F = profile.peak_tflops_f32 * 1e12 * profile.attention_efficiency;

@@ -35,7 +35,7 @@ GPTConfig GPTConfig::preset(const std::string& name) {
   if (name == "gpt-1b") return {name, 50257, 1024, 20, 2048, 16};
   if (name == "gpt-15b") return {name, 50257, 1024, 32, 6144, 48};
   // GPT-2 small with a 128k-token context (chapter 08's long sequences): learned positions, so
-  // wpe alone holds 131072 x 768 = 100.7M of its 224.4M parameters.
+  // wpe alone holds 131072 x 768 = 100.7M of its 224.3M parameters.
   if (name == "gpt2-small-128k") return {name, 50257, 131072, 12, 768, 12};
   std::string known;
   for (const auto& p : presets()) known += (known.empty() ? "" : ", ") + p;
