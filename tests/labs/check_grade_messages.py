@@ -21,7 +21,7 @@ from check_labs import grade  # tests/labs/grade, as the labs check loads it
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--mpirun", required=True)
     parser.add_argument("--bin", required=True)
     args = parser.parse_args()

@@ -25,8 +25,9 @@ files that change, so each round recompiles only the chapter files it touches):
 - Then a course's hand-in: make-lab writes a chapter 01 tree and its instructor's kit; the tree
   holds none of the instructor's files; a student who finished the ring but "fixed" the tests and
   the points in their tree submits (tests/labs/submit), and so does one who did nothing; the
-  kit's grade --submission, in this check's tree and build (put back afterwards), gives the first
-  full marks out of the kit's points and the second none.
+  kit's grade --submission, in this check's tree and build (put back afterwards), takes a file
+  the instructor added to the kit's tests/ into its grading copy, and gives the first full marks
+  out of the kit's points and the second none.
 
 Prints what it checked and exits 1 naming every problem.
 """
@@ -203,12 +204,18 @@ class Checker:
             print("  " + submitted.stdout.strip())
             if submitted.returncode != 0:
                 return self.problem(f"submit failed:\n{submitted.stdout}")
+        # A hidden test the instructor adds to the kit, in a file of its own: the grading copy must
+        # take it (here a file nothing builds, so the grades stay what they are).
+        hidden = "tests/ch01/hidden_by_the_instructor.txt"
+        (kit / hidden).write_text("a file the kit has and the student tree never had\n")
         started = time.monotonic()
         # The grading copy is this check's tree and build (a copy of its own would build common/
         # again): the kit's files and the submission's over the last round's, rebuilt where they
         # differ; then the tree is put back as make-lab wrote it.
         graded = run([kit / "tests/labs/grade", "--submission", work / "handin" / "ada.tar.gz", work / "handin" / "bob.tar.gz",
                       "--work", work, "--jobs", self.jobs])
+        if not (self.tree / hidden).is_file():
+            self.problem(f"grade --submission's grading copy lacks {hidden}, a file added to the kit's tests/")
         for restore in (["checkout", "--", "."], ["clean", "-fdq"]):
             subprocess.run(["git", "-C", str(self.tree), *restore], check=True)
         lines = graded.stdout.splitlines()
@@ -246,7 +253,7 @@ def schedule(chapters):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("work", type=Path, help="a directory for the student tree and its build (reused: builds are incremental)")
     parser.add_argument("--jobs", default="2")
     args = parser.parse_args()
