@@ -10,6 +10,10 @@ of the target Markdown file (or of the linking file, for a bare #fragment): a he
 turns it into an id (lower case, punctuation dropped, spaces to dashes, -1, -2 ... for repeats),
 or an explicit `<a id="...">`. Links inside code blocks and code spans are not links.
 
+Every fenced code block must close, with a fence alone on its line: a closing fence with text
+after it does not close the block, and the prose after it renders as code (and its links would
+go unchecked).
+
 Prints one line per broken link, `file:line: target: why`, and exits 1; else how many links it
 checked, and exits 0.
 """
@@ -37,6 +41,25 @@ def prose_lines(text):
             continue
         if not fenced:
             yield number, re.sub(r"`[^`]*`", "``", line)
+
+
+def fence_problems(rel, text):
+    """A block opened by ``` and never closed, or closed by a fence with text after it."""
+    problems, opened = [], None
+    for number, line in enumerate(text.splitlines(), 1):
+        fence = line.strip()
+        if not fence.startswith("```"):
+            continue
+        if opened is None:
+            opened = number
+        elif fence == "```":
+            opened = None
+        else:
+            problems.append(f"{rel}:{number}: a code block's closing fence has text after it: {fence[:40]}")
+            opened = None
+    if opened is not None:
+        problems.append(f"{rel}:{opened}: this code block never closes")
+    return problems
 
 
 def slug(heading):
@@ -76,6 +99,7 @@ def check(root):
             continue
         with open(path, encoding="utf-8") as f:
             text = f.read()
+        problems += fence_problems(rel, text)
         for number, line in prose_lines(text):
             for target in LINK.findall(line):
                 if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):  # https:, mailto:, ...
@@ -102,7 +126,7 @@ def main(argv):
         print(p)
     if problems:
         return 1
-    print(f"checked {checked} relative links: all lead somewhere")
+    print(f"checked {checked} relative links: all lead somewhere; every code block closes")
     return 0
 
 

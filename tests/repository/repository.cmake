@@ -6,8 +6,9 @@
 add_test(NAME "repository: cites no file outside the repository"
          COMMAND ${Python3_EXECUTABLE} ${TESTS}/repository/check_no_outside_refs.py ${PROJECT_SOURCE_DIR})
 # Every relative link in the Markdown files (chapters to the glossary, to sources, to pictures)
-# leads to a file that exists and, with a #fragment, to a heading or anchor in it.
-add_test(NAME "repository: every relative Markdown link leads to a file and anchor that exist"
+# leads to a file that exists and, with a #fragment, to a heading or anchor in it; every code
+# block closes on a fence of its own.
+add_test(NAME "repository: every relative Markdown link leads to a file and anchor that exist, every code block closes"
          COMMAND ${Python3_EXECUTABLE} ${TESTS}/repository/check_links.py ${PROJECT_SOURCE_DIR})
 # common/'s parts include only the parts above them in common/README.md's table, and no chapter
 # includes a later chapter's header (tests/repository/check_include_order.py).
