@@ -1,9 +1,9 @@
 # Lab mode (tests/labs/README.md). The suite runs every chapter test on the solution; here the
 # grader checks what the suite does not: the markers and labs.json agree, each exercise has tests
 # and a README section, and the solution meets every performance target. Then student trees and
-# bug hunts are built and graded in their own build (check_labs.py): about 15 minutes on a quiet
-# 2-core machine, 22 to 26 beside the other tests, a quarter of it the students' tree's first
-# build (`ctest -LE labs` leaves it out).
+# bug hunts are built and graded in their own build (check_labs.py): 8 to 15 minutes on a quiet
+# 2-core machine, 13 to 26 beside the other tests (the machines differ), a quarter of it the
+# students' tree's first build (`ctest -LE labs` leaves it out).
 # The solution grades 100%: the grading tests of every chapter (labs.json's `tests`) are this
 # test's fixture setups, so ctest runs it only once every one of them has passed (a failed setup
 # leaves it "Not Run", a failure); then `grade --list` checks the exercises' tests, their README
